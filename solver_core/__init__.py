@@ -1,2 +1,15 @@
 """Physical cyclic animations (Jia, Wang, Li, Chern 2023) in numpy/scipy. Never imports bpy."""
 from .models.base import ForceTerm, Model, sample_periodic
+from .models.nbody import NBody, NBodyGravity
+from .problem import LoopProblem
+from .residual import residual, loss
+from .forward import simulate, SimulationFailed
+from .fast_projection import fast_projection, FastProjectionDiverged
+from .gauss_newton import GaussNewton
+from .loop import make_loop, LoopResult
+from .baselines import forward_loop, crossfade_loop
+from .metrics import loop_metrics
+from .io import save_problem, load_problem, save_result, load_result
+from .models.cloth import Cloth, MembraneTerm, BendingTerm
+from .models.blender_cloth import BlenderCloth
+from .models.external import Gravity, Wind

@@ -20,6 +20,12 @@ class ForceTerm:
 
     n_vertices: int
 
+    def __new__(cls, *args, **kwargs):
+        # Remember the constructor arguments so that problems can be saved and rebuilt (solver_core.io).
+        obj = super().__new__(cls)
+        obj.init_args = (args, kwargs)
+        return obj
+
     def forces(self, q, t):
         """Forces ``(B, n, 3)`` at positions ``q`` ``(B, n, 3)`` and frame times ``t`` ``(B,)``."""
         raise NotImplementedError

@@ -1,0 +1,125 @@
+"""Saving and loading problems and results as .npz files (with a format version).
+
+A model is stored as the tree of its force terms' constructor arguments (each ForceTerm remembers
+them), so any model built from solver_core classes round-trips; arrays go into the archive, the tree
+into a JSON string.
+"""
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from .loop import LoopResult
+from .models.base import ForceTerm
+from .problem import LoopProblem
+
+FORMAT_VERSION = 1
+
+
+def _term_classes():
+    found, stack = {}, [ForceTerm]
+    while stack:
+        cls = stack.pop()
+        found[f"{cls.__module__}.{cls.__qualname__}"] = cls
+        stack.extend(cls.__subclasses__())
+    return found
+
+
+def _encode(value, arrays):
+    if isinstance(value, ForceTerm):
+        args, kwargs = value.init_args
+        cls = type(value)
+        return {"__term__": f"{cls.__module__}.{cls.__qualname__}",
+                "args": [_encode(a, arrays) for a in args],
+                "kwargs": {k: _encode(v, arrays) for k, v in kwargs.items()}}
+    if isinstance(value, (list, tuple)):
+        return {"__list__": [_encode(v, arrays) for v in value]}
+    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and not np.isscalar(value)):
+        key = f"a{len(arrays)}"
+        arrays[key] = np.asarray(value)
+        return {"__array__": key}
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"cannot save a model argument of type {type(value).__name__}")
+
+
+def _decode(value, arrays, classes):
+    if isinstance(value, dict):
+        if "__array__" in value:
+            return arrays[value["__array__"]]
+        if "__list__" in value:
+            return [_decode(v, arrays, classes) for v in value["__list__"]]
+        if "__term__" in value:
+            cls = classes.get(value["__term__"])
+            if cls is None:
+                raise ValueError(f"unknown force model {value['__term__']!r} in the file")
+            return cls(*[_decode(a, arrays, classes) for a in value["args"]],
+                       **{k: _decode(v, arrays, classes) for k, v in value["kwargs"].items()})
+    return value
+
+
+def _write_npz(path, arrays):
+    """Write atomically: a temporary file in the same folder, then rename."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(suffix=".npz", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez_compressed(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _read_npz(path, kind):
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(str(arrays.pop("meta")))
+    if meta.get("kind") != kind:
+        raise ValueError(f"{path} holds a {meta.get('kind')!r}, not a {kind!r}")
+    if meta.get("format_version", 0) > FORMAT_VERSION:
+        raise ValueError(f"{path} has format version {meta['format_version']}; this solver reads up to {FORMAT_VERSION}")
+    return meta, arrays
+
+
+def save_problem(path, prob):
+    """Save a LoopProblem to ``path`` (.npz)."""
+    arrays = {}
+    meta = dict(kind="problem", format_version=FORMAT_VERSION, model=_encode(prob.model, arrays),
+                n_frames=prob.n_frames, dt=prob.dt, scheme=prob.scheme, eps0=prob.eps0, eps1=prob.eps1,
+                substeps=prob.substeps)
+    arrays.update(r0=prob.r0, r1=prob.r1, pins=prob.pins, pin_positions=prob.pin_positions)
+    arrays["meta"] = np.array(json.dumps(meta))
+    _write_npz(path, arrays)
+
+
+def load_problem(path):
+    """Load a LoopProblem saved by ``save_problem``."""
+    meta, arrays = _read_npz(path, "problem")
+    model = _decode(meta["model"], arrays, _term_classes())
+    return LoopProblem(model, meta["n_frames"], meta["dt"], arrays["r0"], arrays["r1"], scheme=meta["scheme"],
+                       eps0=meta["eps0"], eps1=meta["eps1"], pins=arrays["pins"],
+                       pin_positions=arrays["pin_positions"], substeps=meta["substeps"])
+
+
+_RESULT_ARRAYS = ("q", "q_steps", "initial_guess")
+
+
+def save_result(path, res):
+    """Save a LoopResult to ``path`` (.npz)."""
+    fields = {k: v for k, v in vars(res).items() if k not in _RESULT_ARRAYS}
+    meta = dict(kind="result", format_version=FORMAT_VERSION, **fields)
+    arrays = {k: getattr(res, k) for k in _RESULT_ARRAYS}
+    arrays["meta"] = np.array(json.dumps(meta, default=float))
+    _write_npz(path, arrays)
+
+
+def load_result(path):
+    """Load a LoopResult saved by ``save_result``."""
+    meta, arrays = _read_npz(path, "result")
+    meta.pop("kind"), meta.pop("format_version")
+    return LoopResult(**arrays, **meta)

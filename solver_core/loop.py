@@ -1,0 +1,101 @@
+"""make_loop: initial guess, then Gauss–Newton on the loop loss."""
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .baselines import crossfade_loop
+from .fast_projection import FastProjectionDiverged, fast_projection
+from .forward import SimulationFailed, simulate
+from .gauss_newton import GaussNewton
+from .residual import loss
+
+INITS = ("fast_projection", "forward", "crossfade")
+
+
+@dataclass
+class LoopResult:
+    """The loop and how it was found.
+
+    q: (n_frames, n, 3) the loop at the frame rate; q_steps: (n_steps, n, 3) on the solver grid;
+    initial_guess: (n_steps, n, 3) where Gauss–Newton started; history: per-iteration dicts (phase,
+    iteration, loss, seconds; Gauss–Newton also step and step_norm; fast projection's loss is G).
+    """
+    q: np.ndarray
+    q_steps: np.ndarray
+    initial_guess: np.ndarray
+    history: list = field(default_factory=list)
+    init_used: str = ""
+    fallback_reason: str = ""
+    cancelled: bool = False
+    stop_reason: str = ""
+    fast_projection_iterations: int = 0
+    gauss_newton_iterations: int = 0
+    fast_projection_seconds: float = 0.0
+    gauss_newton_seconds: float = 0.0
+    initial_loss: float = float("nan")
+    final_loss: float = float("nan")
+
+    @property
+    def seconds(self):
+        return self.fast_projection_seconds + self.gauss_newton_seconds
+
+
+def _initial_guess(prob, init, callback):
+    """(q0 on the solver grid, init used, fallback reason, fast-projection info or None)."""
+    if not isinstance(init, str):
+        q0 = np.asarray(init, dtype=float)
+        if q0.shape[:1] == (prob.n_frames,) and prob.substeps > 1:
+            q0 = prob.steps_of(q0)
+        return prob.check_trajectory(q0, "initial guess"), "array", "", None
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS} or an array, got {init!r}")
+    if init == "fast_projection":
+        t0 = time.perf_counter()
+        try:
+            q0, info = fast_projection(prob, callback=callback)
+            return q0, "fast_projection", "", info
+        except FastProjectionDiverged as exc:
+            info = dict(iterations=0, G=[], seconds=time.perf_counter() - t0, cancelled=False)
+            return simulate(prob), "forward", str(exc), info
+    if init == "crossfade":
+        # The crossfade sits at the clip's middle frame at the wrap; the hard initial conditions are
+        # imposed on it afterwards, like on any other guess.
+        return crossfade_loop(simulate(prob)), "crossfade", "", None
+    return simulate(prob), "forward", "", None
+
+
+def make_loop(prob, init="fast_projection", max_iters=200, tol=1e-8, callback=None, backend="auto"):
+    """Solve the loop problem ``prob`` and return a LoopResult.
+
+    ``init``: "fast_projection" (falls back to "forward" by itself when fast projection diverges;
+    the reason is in ``fallback_reason``), "forward", "crossfade", or an array (n_frames or
+    n_steps, n, 3). ``callback(info)`` gets phase, iteration and loss after every iteration and
+    cancels by returning True: the best iterate so far is returned with ``cancelled=True``.
+    ``backend``: linear solver ("auto", "cholmod", "scipy" or a backend object).
+    """
+    try:
+        q0, init_used, reason, fp = _initial_guess(prob, init, callback)
+    except SimulationFailed as exc:
+        raise SimulationFailed(f"the forward simulation for the initial guess failed: {exc}") from exc
+    q0 = prob.apply_constraints(q0)
+    history = [] if fp is None else [dict(phase="fast_projection", iteration=i, loss=g)
+                                     for i, g in enumerate(fp["G"])]
+    res = LoopResult(q=prob.frames_of(q0), q_steps=q0, initial_guess=q0, history=history,
+                     init_used=init_used, fallback_reason=reason, initial_loss=loss(prob, q0))
+    if fp is not None:
+        res.fast_projection_iterations = fp["iterations"]
+        res.fast_projection_seconds = fp["seconds"]
+        if fp["cancelled"]:
+            res.cancelled, res.stop_reason, res.final_loss = True, "cancelled", res.initial_loss
+            return res
+    t0 = time.perf_counter()
+    gn = GaussNewton(prob, backend)
+    q = gn.run(q0, max_iters=max_iters, tol=tol, callback=callback)
+    res.gauss_newton_seconds = time.perf_counter() - t0
+    res.history += gn.history
+    res.q_steps, res.q = q, prob.frames_of(q)
+    res.gauss_newton_iterations = len(gn.history) - 1
+    res.cancelled, res.stop_reason = gn.cancelled, gn.stop_reason
+    res.final_loss = gn.history[-1]["loss"]
+    return res

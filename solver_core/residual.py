@@ -1,0 +1,128 @@
+"""Residual forces of the equations of motion around the loop, the loss, and their Jacobian.
+
+Symplectic (eq. 14):  u_j = M (q_{j+1} - 2 q_j + q_{j-1}) / h^2 + D (q_j - q_{j-1}) / h - F(q_j)
+Backward  (eq. 13):  u_j = M (q_{j+1} - 2 q_j + q_{j-1}) / h^2 + D (q_{j+1} - q_j) / h - F(q_{j+1})
+with indices mod n_steps, M the lumped mass and D the model's linear drag. Pinned vertices' rows are
+zero: the pin supplies whatever force it takes.
+"""
+import numpy as np
+import scipy.sparse as sp
+
+
+def _drag(model):
+    return np.zeros(model.n_vertices) if model.damping is None else model.damping
+
+
+def force_steps(prob):
+    """(force step index, frame times) of the force term in each residual row j."""
+    j = np.arange(prob.n_steps)
+    k = j if prob.scheme == "symplectic" else (j + 1) % prob.n_steps
+    return k, prob.step_times(k if prob.scheme == "symplectic" else j + 1)
+
+
+def residual_steps(prob, q):
+    """Residual forces u (n_steps, n, 3) of a trajectory on the solver grid."""
+    q = prob.check_trajectory(q)
+    h, m, d = prob.h, prob.model.mass[:, None], _drag(prob.model)[:, None]
+    qn, qp = np.roll(q, -1, axis=0), np.roll(q, 1, axis=0)
+    k, t = force_steps(prob)
+    u = m * (qn - 2 * q + qp) / h ** 2 - prob.model.forces(q[k], t)
+    u += d * ((q - qp) if prob.scheme == "symplectic" else (qn - q)) / h
+    u[:, prob.pins] = 0.0
+    return u
+
+
+def residual(prob, q):
+    """Residual forces u_j (n_steps, n, 3) of ``q`` (n_steps, n, 3); n_steps == n_frames without substeps."""
+    return residual_steps(prob, q)
+
+
+def penalty_terms(prob, q):
+    """[(weight_per_vertex (n,), frame index, target)] of the soft initial-condition penalties."""
+    terms = []
+    scale = prob.model.mass / prob.h ** 3
+    if prob.eps0 > 0:
+        terms.append((scale / prob.eps0, 0, prob.r0))
+    if prob.eps1 > 0:
+        terms.append((scale / prob.eps1, 1, prob.r1_step))
+    return terms
+
+
+def loss(prob, q, with_penalty=True):
+    """E[q] = sum_j h/2 |u_j|^2_{M^-1} (+ the eq. 15 penalties when eps > 0 and ``with_penalty``)."""
+    q = prob.check_trajectory(q)
+    u = residual_steps(prob, q)
+    value = 0.5 * prob.h * np.sum(u * u / prob.model.mass[:, None])
+    if with_penalty:
+        for w, j, target in penalty_terms(prob, q):
+            value += 0.5 * np.sum(w[:, None] * (q[j] - target) ** 2)
+    return float(value)
+
+
+class ResidualJacobian:
+    """Assembles J = du/dq restricted to free unknowns and non-pinned rows, with a fixed sparsity pattern.
+
+    The pattern and the map from (time-stencil, force-Jacobian) entries to CSR slots are computed once;
+    each ``assemble(q)`` only evaluates the force Jacobian for all steps and sums values into slots.
+    """
+
+    def __init__(self, prob):
+        self.prob = prob
+        model, n_steps, n = prob.model, prob.n_steps, prob.n_vertices
+        dof = 3 * n
+        free = prob.free_mask().reshape(n_steps, dof)
+        self.free_flat = np.flatnonzero(free.ravel())
+        col_of = np.full(n_steps * dof, -1, dtype=np.int64)
+        col_of[self.free_flat] = np.arange(self.free_flat.size)
+        row_active = np.ones((n_steps, n, 3), dtype=bool)
+        row_active[:, prob.pins] = False
+        self.row_flat = np.flatnonzero(row_active.ravel())
+        row_of = np.full(n_steps * dof, -1, dtype=np.int64)
+        row_of[self.row_flat] = np.arange(self.row_flat.size)
+
+        j = np.arange(n_steps)[:, None]
+        a = np.arange(dof)[None, :]
+        stencil_rows = np.broadcast_to(j * dof + a, (n_steps, dof))
+        offsets = (1, 0, -1)
+        rows = [stencil_rows.ravel()] * 3
+        cols = [(((j + o) % n_steps) * dof + a).ravel() for o in offsets]
+        frows, fcols = model.jacobian_pattern()
+        k, _ = force_steps(prob)
+        rows.append((j * dof + frows[None, :]).ravel())
+        cols.append((k[:, None] * dof + fcols[None, :]).ravel())
+        rows, cols = np.concatenate(rows), np.concatenate(cols)
+        r, c = row_of[rows], col_of[cols]
+        self._keep = (r >= 0) & (c >= 0)
+        keys = r[self._keep] * self.free_flat.size + c[self._keep]
+        uniq, self._slot = np.unique(keys, return_inverse=True)
+        self.shape = (self.row_flat.size, self.free_flat.size)
+        self._indices = (uniq % self.free_flat.size).astype(np.int32)
+        counts = np.bincount(uniq // self.free_flat.size, minlength=self.shape[0])
+        self._indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        self._nnz = uniq.size
+        self.row_weights = (prob.h / np.repeat(model.mass, 3))[self.row_flat % dof]
+        self._stencil = np.concatenate(self._stencil_values())
+
+    def _stencil_values(self):
+        prob = self.prob
+        h = prob.h
+        m = np.repeat(prob.model.mass, 3)
+        d = np.repeat(_drag(prob.model), 3)
+        sym = prob.scheme == "symplectic"
+        # coefficients of q_{j+1}, q_j, q_{j-1}
+        c_next = m / h ** 2 + (0.0 if sym else d / h)
+        c_here = -2 * m / h ** 2 + (d / h if sym else -d / h)
+        c_prev = m / h ** 2 - (d / h if sym else 0.0)
+        return [np.tile(c, prob.n_steps) for c in (c_next, c_here, c_prev)]
+
+    def assemble(self, q):
+        """Sparse CSR J (active rows x free unknowns) at trajectory q (n_steps, n, 3)."""
+        k, t = force_steps(self.prob)
+        fvals = -self.prob.model.jacobian_values(q[k], t).ravel()
+        values = np.concatenate([self._stencil, fvals])[self._keep]
+        data = np.bincount(self._slot, weights=values, minlength=self._nnz)
+        return sp.csr_matrix((data, self._indices, self._indptr), shape=self.shape)
+
+    def active_rows(self, u):
+        """The active entries of a residual array, in row order of J."""
+        return np.asarray(u).reshape(-1)[self.row_flat]

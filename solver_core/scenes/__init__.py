@@ -1,0 +1,1 @@
+"""Scenes that build LoopProblems in code: the paper's examples and the demos."""

@@ -1,0 +1,5 @@
+"""Makes the shared test helpers (``derivatives``) importable from every test module."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,257 @@
+"""The loop solver on N-body systems: derivatives, constraints, Gauss–Newton, fast projection, I/O."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import solver_core as sc
+from derivatives import assert_jacobian_matches
+from solver_core.forward import mismatch, mismatch_gradient
+from solver_core.residual import ResidualJacobian, residual_steps
+from solver_core.scenes.nbody import nbody_problem
+
+
+def small_problem(scheme="symplectic", pins=None, damping=None, substeps=1, eps=0.0, n_frames=8, seed=0):
+    rng = np.random.default_rng(seed)
+    model = sc.NBody([1.0, 2.0, 1.5, 0.7], G=1.0, softening=0.3)
+    if damping is not None:
+        model = sc.Model(model.mass, model.terms, damping=damping)
+    pos = rng.normal(size=(4, 3))
+    vel = 0.3 * rng.normal(size=(4, 3))
+    h = 0.05
+    pin_positions = None
+    if pins is not None:
+        phase = 2 * np.pi * np.arange(n_frames) / n_frames
+        pin_positions = pos[pins][None] + 0.1 * np.stack([np.cos(phase), np.sin(phase), 0 * phase], 1)[:, None]
+    return sc.LoopProblem(model, n_frames, h, pos, pos + h * vel, scheme=scheme, eps0=eps, eps1=eps,
+                          pins=pins, pin_positions=pin_positions, substeps=substeps)
+
+
+@pytest.mark.parametrize("softening", [0.0, 0.2])
+def test_nbody_force_jacobian_matches_finite_differences(softening):
+    rng = np.random.default_rng(1)
+    term = sc.NBodyGravity(rng.uniform(0.5, 2.0, 5), G=1.3, softening=softening)
+    q = rng.normal(size=(3, 5, 3))
+    assert_jacobian_matches(term, q, np.zeros(3), eps=1e-6, rtol=1e-6)
+
+
+def test_nbody_force_jacobian_complex_step():
+    rng = np.random.default_rng(2)
+    term = sc.NBodyGravity(rng.uniform(0.5, 2.0, 4), G=1.0, softening=0.1)
+    q = rng.normal(size=(1, 4, 3))
+    rows, cols = term.jacobian_pattern()
+    exact = np.zeros((12, 12))
+    np.add.at(exact, (rows, cols), term.jacobian_values(q, None)[0])
+    for dof in range(12):
+        dq = np.zeros(q.shape, complex)
+        dq[0, dof // 3, dof % 3] = 1e-30j
+        col = term.forces(q + dq, None).imag.ravel() / 1e-30
+        np.testing.assert_allclose(col, exact[:, dof], rtol=1e-12, atol=1e-12 * np.abs(exact).max())
+
+
+def test_nbody_forces_are_newtonian():
+    term = sc.NBodyGravity([2.0, 3.0], G=0.5)
+    f = term.forces(np.array([[[0.0, 0, 0], [2.0, 0, 0]]]), None)[0]
+    np.testing.assert_allclose(f[0], [0.5 * 6 / 4, 0, 0])
+    np.testing.assert_allclose(f.sum(axis=0), 0, atol=1e-15)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(scheme="symplectic"), dict(scheme="backward"),
+    dict(scheme="symplectic", pins=[1], damping=[0.1, 0.2, 0.0, 0.3]),
+    dict(scheme="backward", pins=[0, 3], damping=0.2, eps=1e-3),
+    dict(scheme="symplectic", substeps=2, eps=1e-2),
+])
+def test_residual_jacobian_matches_finite_differences(kwargs):
+    prob = small_problem(**kwargs)
+    rng = np.random.default_rng(3)
+    q = prob.apply_constraints(sc.simulate(prob) + 0.05 * rng.normal(size=(prob.n_steps, 4, 3)))
+    jac = ResidualJacobian(prob)
+    J = jac.assemble(q).toarray()
+    eps = 1e-6
+    fd = np.zeros_like(J)
+    for c, flat in enumerate(jac.free_flat):
+        dq = np.zeros(q.size)
+        dq[flat] = eps
+        up = jac.active_rows(residual_steps(prob, q + dq.reshape(q.shape)))
+        down = jac.active_rows(residual_steps(prob, q - dq.reshape(q.shape)))
+        fd[:, c] = (up - down) / (2 * eps)
+    assert np.abs(J - fd).max() < 1e-6 * np.abs(J).max()
+
+
+def test_gauss_newton_gradient_is_the_loss_gradient():
+    prob = small_problem(scheme="backward", pins=[2], damping=0.1, eps=1e-2)
+    rng = np.random.default_rng(4)
+    q = prob.apply_constraints(sc.simulate(prob) + 0.05 * rng.normal(size=(prob.n_steps, 4, 3)))
+    gn = sc.GaussNewton(prob)
+    _, g = gn.system(q)
+    d = rng.normal(size=g.size)
+    dq = np.zeros(q.size)
+    dq[gn.jac.free_flat] = d
+    dq = dq.reshape(q.shape)
+    eps = 1e-6
+    fd = (sc.loss(prob, q + eps * dq) - sc.loss(prob, q - eps * dq)) / (2 * eps)
+    assert abs(fd - g @ d) < 1e-6 * abs(fd)
+
+
+@pytest.mark.parametrize("kwargs", [dict(scheme="symplectic", pins=[1], damping=0.2),
+                                    dict(scheme="backward", pins=[2], damping=[0.1, 0.0, 0.2, 0.3]),
+                                    dict(scheme="symplectic", substeps=3)])
+def test_adjoint_gradient_matches_finite_differences(kwargs):
+    prob = small_problem(**kwargs)
+    L = prob.n_steps
+    rng = np.random.default_rng(5)
+    u = 0.1 * rng.normal(size=(L + 1, 4, 3))
+    q, factors = sc.simulate(prob, L + 2, u, keep_factors=True)
+    grad = mismatch_gradient(prob, q, factors)
+    du = rng.normal(size=u.shape)
+    du[0] = 0.0
+    eps = 1e-6
+    fd = (mismatch(prob, sc.simulate(prob, L + 2, u + eps * du))
+          - mismatch(prob, sc.simulate(prob, L + 2, u - eps * du))) / (2 * eps)
+    assert abs(fd - np.sum(grad * du)) < 1e-6 * abs(fd)
+
+
+def test_hard_constraints_hold_exactly_and_pins_follow_their_path():
+    prob = small_problem(pins=[3], n_frames=10)
+    res = sc.make_loop(prob, init="forward", max_iters=20)
+    free = [0, 1, 2]
+    assert np.array_equal(res.q[0, free], prob.r0[free])
+    assert np.array_equal(res.q[1, free], prob.r1[free])
+    np.testing.assert_array_equal(res.q[:, 3], prob.pin_positions[:, 0])
+
+
+def test_soft_constraints_approach_hard_ones_as_eps_shrinks():
+    errors = []
+    for eps in (1e-1, 1e-3, 1e-5):
+        prob = small_problem(eps=eps, n_frames=10)
+        res = sc.make_loop(prob, init="forward", max_iters=50)
+        errors.append(np.abs(res.q[0] - prob.r0).max() + np.abs(res.q[1] - prob.r1).max())
+    assert errors[0] > errors[1] > errors[2]
+    assert errors[2] < 1e-3 * errors[0]
+
+
+@pytest.mark.parametrize("n_bodies", [3, 5])
+def test_gauss_newton_never_increases_loss_and_beats_forward_by_1e4(n_bodies):
+    prob = nbody_problem(n_bodies, seed=1, perturbation=0.02)
+    res = sc.make_loop(prob, init="forward")
+    losses = [h["loss"] for h in res.history if h["phase"] == "gauss_newton"]
+    assert all(b <= a for a, b in zip(losses, losses[1:]))
+    forward = sc.loss(prob, sc.simulate(prob))
+    assert forward / res.final_loss >= 1e4
+    metrics = sc.loop_metrics(prob, res.q_steps)
+    assert metrics["velocity_jump_ratio"] < 2.0
+    assert sc.loop_metrics(prob, sc.simulate(prob))["velocity_jump_ratio"] > 10.0
+
+
+def test_fast_projection_closes_a_mild_loop():
+    prob = nbody_problem(2, seed=1, perturbation=0.05)      # a perturbed Kepler orbit
+    q, info = sc.fast_projection(prob)
+    assert info["final_G"] <= 1e-4 * info["G"][0]
+    L = prob.n_steps
+    closed = sc.simulate(prob, L + 2, info["controls"])
+    np.testing.assert_allclose(closed[L], prob.r0, atol=1e-2 * np.abs(sc.simulate(prob, L + 1)[L] - prob.r0).max())
+    assert np.array_equal(q[0], prob.r0)
+
+
+def test_fast_projection_divergence_falls_back_to_forward():
+    prob = nbody_problem(5, seed=3, perturbation=0.02)
+    with pytest.raises(sc.FastProjectionDiverged):
+        sc.fast_projection(prob)
+    res = sc.make_loop(prob, max_iters=5)
+    assert res.init_used == "forward"
+    assert "fast projection" in res.fallback_reason
+
+
+@pytest.mark.parametrize("phase", ["fast_projection", "gauss_newton"])
+def test_cancel_stops_within_one_iteration_with_best_iterate(phase):
+    prob = nbody_problem(3, seed=1, perturbation=0.005, n_frames=100)
+    calls = []
+
+    def cancel(info):
+        calls.append(info)
+        return info["phase"] == phase
+
+    res = sc.make_loop(prob, callback=cancel)
+    assert res.cancelled
+    assert calls[-1]["phase"] == phase and calls[-1]["iteration"] == 1
+    assert sum(c["phase"] == phase for c in calls) == 1
+    if phase == "gauss_newton":
+        assert res.gauss_newton_iterations == 1
+        assert res.final_loss <= res.initial_loss
+        assert np.isclose(sc.loss(prob, res.q_steps), res.final_loss)
+
+
+def test_crossfade_baseline_is_seamless_but_unphysical():
+    prob = nbody_problem(3, seed=1, perturbation=0.02)
+    clip = sc.simulate(prob)
+    loop = sc.crossfade_loop(clip)
+    fwd, cf = sc.loop_metrics(prob, clip), sc.loop_metrics(prob, loop)
+    assert cf["position_jump"] < 1e-2 * fwd["position_jump"]
+    assert cf["loss"] > 1e3 * sc.make_loop(prob, init="forward").final_loss
+
+
+def test_backends_give_the_same_step():
+    prob = small_problem(scheme="backward", pins=[1])
+    q = sc.simulate(prob)
+    steps = []
+    for backend in ("cholmod", "scipy"):
+        gn = sc.GaussNewton(prob, backend=backend)
+        steps.append(gn.direction(*gn.system(q)))
+    np.testing.assert_allclose(steps[0], steps[1], rtol=1e-8, atol=1e-12 * np.abs(steps[1]).max())
+
+
+def test_problem_and_result_round_trip(tmp_path):
+    prob = small_problem(scheme="backward", pins=[1], eps=1e-3, substeps=2)
+    sc.save_problem(tmp_path / "p.npz", prob)
+    back = sc.load_problem(tmp_path / "p.npz")
+    q = sc.simulate(prob)
+    assert sc.loss(back, q) == sc.loss(prob, q)
+    res = sc.make_loop(prob, init="forward", max_iters=3)
+    sc.save_result(tmp_path / "r.npz", res)
+    again = sc.load_result(tmp_path / "r.npz")
+    np.testing.assert_array_equal(again.q, res.q)
+    assert again.history == res.history and again.init_used == res.init_used
+
+
+def test_command_line_solves_a_saved_problem(tmp_path):
+    prob = nbody_problem(3, seed=1, n_frames=40, perturbation=0.005)
+    sc.save_problem(tmp_path / "p.npz", prob)
+    out = subprocess.run([sys.executable, "-m", "solver_core", "loop", str(tmp_path / "p.npz"),
+                          "-o", str(tmp_path / "r.npz")], capture_output=True, text=True, check=True)
+    assert "[gauss_newton] iteration" in out.stdout
+    report = json.loads(out.stdout[out.stdout.index("{\n"):])
+    assert report["final_loss"] < report["initial_loss"]
+    assert sc.load_result(tmp_path / "r.npz").q.shape == (40, 3, 3)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(n_frames=3), "at least 4 frames"),
+    (dict(dt=0.0), "dt must be"),
+    (dict(dt=-1.0), "dt must be"),
+    (dict(r0=np.zeros((3, 3))), "r0 must have shape"),
+    (dict(r1=np.full((4, 3), np.nan)), "NaN"),
+    (dict(pins=[7]), "pins must be vertex indices"),
+    (dict(pins=[-1]), "pins must be vertex indices"),
+    (dict(pins=[1], pin_positions=np.zeros((5, 1, 3))), "pin_positions must have shape"),
+    (dict(scheme="rk4"), "scheme must be"),
+    (dict(eps0=-1.0), "eps0 must be"),
+])
+def test_bad_input_raises_clear_errors(change, message):
+    model = sc.NBody(np.ones(4))
+    args = dict(n_frames=8, dt=0.01, r0=np.eye(4, 3), r1=np.eye(4, 3))
+    args.update(change)
+    with pytest.raises(ValueError, match=message):
+        sc.LoopProblem(model, **args)
+
+
+def test_bad_models_and_trajectories_raise():
+    with pytest.raises(ValueError, match="positive"):
+        sc.NBody([1.0, 0.0])
+    prob = small_problem()
+    with pytest.raises(ValueError, match="shape"):
+        sc.loss(prob, np.zeros((3, 4, 3)))
+    with pytest.raises(ValueError, match="init must be"):
+        sc.make_loop(prob, init="magic")
