@@ -10,3 +10,6 @@ from .loop import make_loop, LoopResult
 from .baselines import forward_loop, crossfade_loop
 from .metrics import loop_metrics
 from .io import save_problem, load_problem, save_result, load_result
+from .models.cloth import Cloth, MembraneTerm, BendingTerm
+from .models.blender_cloth import BlenderCloth
+from .models.external import Gravity, Wind

@@ -1,0 +1,315 @@
+"""Blender's own mass-spring cloth (the Cloth modifier) as a force model, "linear" or "angular" bending.
+
+Follows Blender 4.x ``source/blender/blenkernel/intern/cloth.cc`` (``cloth_build_springs``) and
+``source/blender/simulation/intern/SIM_mass_spring.cc`` / ``implicit_blender.cc``
+(``cloth_calc_spring_force``, ``SIM_mass_spring_force_spring_linear``, ``..._spring_bending``,
+``..._spring_angular``, ``..._force_drag``). Forces are in Blender's internal cloth units: its time unit is
+one frame divided by the Speed Multiplier (``dt = time_scale / quality`` per sub-step) and it scales scene
+gravity by 0.001.
+"""
+import numpy as np
+from scipy import sparse
+
+from .base import ForceTerm, Model
+from .cloth import VertexScatter, block_pattern, check_positions, cross_matrix, outer
+
+_FLT_EPSILON = 1.1920928955078125e-07  # Blender adds it to the average spring length
+# Choi & Ko (2002) buckling curve used by Blender's compressed springs, in x = length / rest_length.
+_FB = np.array([-11.541, 34.193, -39.083, 23.116, -9.713])
+_FB_DERIV = np.array([-46.164, 102.579, -78.166, 23.116])
+
+
+def _polygons(faces, n_vertices):
+    """Faces grouped by corner count: a list of ``(face_ids (m,), corners (m, s))``, validated."""
+    sizes = np.fromiter((len(f) for f in faces), dtype=np.int64)
+    if sizes.size == 0:
+        raise ValueError("faces is empty")
+    if sizes.min() < 3:
+        raise ValueError(f"face {int(np.argmin(sizes))} has {sizes.min()} vertices, needs at least 3")
+    flat = np.concatenate([np.asarray(f).ravel() for f in faces])
+    if not np.issubdtype(flat.dtype, np.integer):
+        raise ValueError(f"faces must hold integer vertex indices, got dtype {flat.dtype}")
+    flat = flat.astype(np.int64)
+    if flat.min() < 0 or flat.max() >= n_vertices:
+        raise ValueError(f"face vertex index out of range [0, {n_vertices}): min {flat.min()}, max {flat.max()}")
+    starts = np.r_[0, np.cumsum(sizes)[:-1]]
+    groups = []
+    for size in np.unique(sizes):
+        ids = np.flatnonzero(sizes == size)
+        poly = flat[starts[ids][:, None] + np.arange(size)]
+        ordered = np.sort(poly, axis=1)
+        if np.any(ordered[:, 1:] == ordered[:, :-1]):
+            raise ValueError("a face repeats a vertex index")
+        groups.append((ids, poly))
+    return groups
+
+
+def _diagonals(size):
+    """Corner pairs (j, k) of the non-adjacent corners of a polygon with ``size`` corners, j < k."""
+    j, k = np.triu_indices(size, 2)
+    keep = ~((j == 0) & (k == size - 1))
+    return j[keep], k[keep]
+
+
+def build_springs(faces, n_vertices):
+    """Blender's cloth springs of a polygon mesh: ``(structural, shear, bending)`` index pairs ``(m, 2)``.
+
+    Structural: the mesh edges. Shear: every pair of non-adjacent corners of each polygon with more than
+    three corners (triangles get none). Linear bending: for each shear spring (a, b), a < b, a spring from a
+    to the far end c != a of every shear spring at b, without duplicates — so a pure triangle mesh has no
+    linear bending springs, exactly as in Blender.
+    """
+    groups = _polygons(faces, n_vertices)
+    edges = np.concatenate([np.stack([p, np.roll(p, -1, axis=1)], -1).reshape(-1, 2) for _, p in groups])
+    structural = np.unique(np.sort(edges, axis=1), axis=0)
+    shear = [np.zeros((0, 2), np.int64)]
+    for _, p in groups:
+        j, k = _diagonals(p.shape[1])
+        shear.append(np.sort(np.stack([p[:, j], p[:, k]], -1).reshape(-1, 2), axis=1))
+    shear = np.concatenate(shear)
+    first = sparse.coo_matrix((np.ones(len(shear)), (shear[:, 0], shear[:, 1])), shape=(n_vertices, n_vertices))
+    first = first.tocsr()
+    a, c = (first @ (first + first.T)).nonzero()
+    keep = a != c
+    bending = np.unique(np.sort(np.stack([a[keep], c[keep]], 1), axis=1), axis=0).reshape(-1, 2)
+    return structural, shear, bending
+
+
+def build_hinges(faces, n_vertices):
+    """Blender's angular bending springs, grouped by the corner counts of their two polygons.
+
+    One hinge per edge shared by exactly two faces and one per diagonal of each polygon with more than three
+    corners (splitting it in two). Returns a list of ``(i, j, others_a (m, la - 2), others_b (m, lb - 2))``:
+    the hinge vertices i < j and the remaining corners of each side.
+    """
+    groups = _polygons(faces, n_vertices)
+    max_size = max(p.shape[1] for _, p in groups)
+    n_faces = sum(len(ids) for ids, _ in groups)
+    padded = np.full((n_faces, max_size), -1, np.int64)
+    sizes = np.zeros(n_faces, np.int64)
+    for ids, p in groups:
+        padded[ids, :p.shape[1]] = p
+        sizes[ids] = p.shape[1]
+    # Edges shared by exactly two faces.
+    corner = np.arange(max_size)
+    valid = corner < sizes[:, None]
+    nxt = np.where(corner + 1 < sizes[:, None], np.roll(padded, -1, axis=1), padded[:, :1])
+    face_of = np.broadcast_to(np.arange(n_faces)[:, None], padded.shape)[valid]
+    key = np.sort(np.stack([padded[valid], nxt[valid]], 1), axis=1)
+    _, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.ravel()
+    order = np.argsort(inverse, kind="stable")
+    pair_start = np.r_[0, np.cumsum(counts)[:-1]][counts == 2]
+    face_a, face_b = face_of[order[pair_start]], face_of[order[pair_start + 1]]
+    hinge_ij = key[order[pair_start]]
+    sides = []  # (i, j, corner rows of side a, corner rows of side b) before removing i and j
+    for la in np.unique(sizes[face_a]):
+        for lb in np.unique(sizes[face_b]):
+            sel = (sizes[face_a] == la) & (sizes[face_b] == lb)
+            if np.any(sel):
+                sides.append((hinge_ij[sel, 0], hinge_ij[sel, 1], padded[face_a[sel], :la], padded[face_b[sel], :lb]))
+    # Diagonals of polygons with more than three corners: side a = corners j..k, side b = the rest plus j, k.
+    for _, p in groups:
+        s = p.shape[1]
+        for j, k in zip(*_diagonals(s)):
+            ends = np.sort(p[:, [j, k]], axis=1)
+            sides.append((ends[:, 0], ends[:, 1], p[:, j:k + 1], np.concatenate([p[:, k:], p[:, :j + 1]], axis=1)))
+    hinges = {}
+    for i, j, side_a, side_b in sides:
+        others_a = side_a[(side_a != i[:, None]) & (side_a != j[:, None])].reshape(len(i), -1)
+        others_b = side_b[(side_b != i[:, None]) & (side_b != j[:, None])].reshape(len(i), -1)
+        shape = (others_a.shape[1], others_b.shape[1])
+        hinges.setdefault(shape, []).append((i, j, others_a, others_b))
+    return [tuple(np.concatenate(parts) for parts in zip(*group)) for group in hinges.values()]
+
+
+class BlenderSpringTerm(ForceTerm):
+    """Springs ``f_i = phi(l) (x_j - x_i) / l`` (and ``-f_i`` on j) with Blender's piecewise laws.
+
+    Stretched (``l >= L``): ``phi = k (l - L)``. Compressed (``l < L``): the Choi–Ko buckling response
+    ``phi = max(kb fb(l/L), cb (l - L))``. Per-spring ``k``, ``kb``, ``cb``; zero switches a branch off. Exact
+    Jacobian of this force (Blender's own solver drops the transverse term and the 1/L of fb').
+    """
+
+    def __init__(self, n_vertices, pairs, rest_length, k, kb, cb):
+        self.n_vertices = n_vertices
+        self.pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        self.rest_length = np.asarray(rest_length, dtype=float)
+        self.k, self.kb, self.cb = (np.asarray(v, dtype=float) for v in (k, kb, cb))
+        self._scatter = VertexScatter(self.pairs, n_vertices)
+        self._pattern = block_pattern(self.pairs)
+
+    def _laws(self, q):
+        q = np.asarray(q, dtype=float)
+        d = q[:, self.pairs[:, 1]] - q[:, self.pairs[:, 0]]
+        length = np.linalg.norm(d, axis=-1)
+        safe = np.where(length > 0, length, 1.0)
+        rest = self.rest_length
+        ratio = length / rest
+        buckling = self.kb * np.polyval(_FB, ratio)
+        linear = self.cb * (length - rest)
+        use_linear = buckling < linear
+        stretched = (length >= rest) & (length > 0)
+        phi = np.where(stretched, self.k * (length - rest), np.where(use_linear, linear, buckling))
+        dphi = np.where(stretched, self.k,
+                        np.where(use_linear, self.cb, self.kb * np.polyval(_FB_DERIV, ratio) / rest))
+        return d / safe[..., None], safe, phi, dphi
+
+    def forces(self, q, t):
+        unit, _, phi, _ = self._laws(q)
+        f = phi[..., None] * unit
+        return self._scatter(np.stack([f, -f], axis=2))
+
+    def jacobian_pattern(self):
+        return self._pattern
+
+    def jacobian_values(self, q, t):
+        unit, length, phi, dphi = self._laws(q)
+        uu = outer(unit, unit)
+        k = dphi[..., None, None] * uu + (phi / length)[..., None, None] * (np.eye(3) - uu)
+        signs = np.array([[-1.0, 1.0], [1.0, -1.0]])  # d f_i / d x_i = -K, d f_i / d x_j = K, f_j = -f_i
+        blocks = np.einsum("ab,zsip->zsaibp", signs, k)
+        return blocks.reshape(blocks.shape[0], -1)
+
+
+class BlenderAngularTerm(ForceTerm):
+    """Blender's angular bending springs for hinges whose sides have ``la`` and ``lb`` corners.
+
+    Stencil per hinge: (i, j, others_a, others_b). With ``a`` the unit normal of triangle (x_j, x_i, mid_a),
+    ``b`` that of (x_i, x_j, mid_b) (mid = centroid of the side's polygon) and ``e`` along x_i - x_j, the angle
+    is ``atan2((a x b).e, a.b)`` and ``force = k (angle - rest_angle)``; each corner of side a gets
+    ``force a / la``, of side b ``force b / lb``, and i, j each get ``-force (a + b) / 2`` on top. Not a
+    gradient field; the exact Jacobian of this force is supplied.
+    """
+
+    def __init__(self, n_vertices, i, j, others_a, others_b, stiffness, rest_positions):
+        self.n_vertices = n_vertices
+        self.stencil = np.concatenate([i[:, None], j[:, None], others_a, others_b], axis=1).astype(np.int64)
+        la, lb = others_a.shape[1] + 2, others_b.shape[1] + 2
+        slots = self.stencil.shape[1]
+        is_a = np.r_[0.0, 0.0, np.ones(la - 2), np.zeros(lb - 2)]
+        is_b = np.r_[0.0, 0.0, np.zeros(la - 2), np.ones(lb - 2)]
+        unit = np.eye(slots)
+        # Per-slot coefficients of x_slot in u_a = x_j - x_i, v_a = x_i - mid_a, u_b = -u_a, v_b = x_j - mid_b
+        # and d = x_i - x_j, and of the side normals in each slot's force.
+        self._cu_a = unit[1] - unit[0]
+        self._cv_a = unit[0] - (unit[0] + unit[1] + is_a) / la
+        self._cv_b = unit[1] - (unit[0] + unit[1] + is_b) / lb
+        self._fa = is_a / la + (unit[0] + unit[1]) * (1.0 / la - 0.5)
+        self._fb = is_b / lb + (unit[0] + unit[1]) * (1.0 / lb - 0.5)
+        self.stiffness = np.asarray(stiffness, dtype=float)
+        self.rest_angle = self._geometry(np.asarray(rest_positions, dtype=float)[None], False)[0][0]
+        self._scatter = VertexScatter(self.stencil, n_vertices)
+        self._pattern = block_pattern(self.stencil)
+
+    def _geometry(self, q, derivs):
+        x = np.asarray(q, dtype=float)[:, self.stencil]  # (B, m, slots, 3)
+        u_a = np.einsum("s,bmsk->bmk", self._cu_a, x)
+        v_a = np.einsum("s,bmsk->bmk", self._cv_a, x)
+        v_b = np.einsum("s,bmsk->bmk", self._cv_b, x)
+        n_a, n_b = np.cross(u_a, v_a), np.cross(-u_a, v_b)
+        len_a, len_b = np.linalg.norm(n_a, axis=-1), np.linalg.norm(n_b, axis=-1)
+        a, b = n_a / len_a[..., None], n_b / len_b[..., None]
+        d = -u_a
+        length = np.linalg.norm(d, axis=-1)
+        e = d / length[..., None]
+        cos, sin = np.sum(a * b, -1), np.sum(np.cross(a, b) * e, -1)
+        angle = np.arctan2(sin, cos)
+        if not derivs:
+            return angle, a, b
+        eye = np.eye(3)
+        # d n / d x_slot = -cu [v]_x + cv [u]_x, then d unit / d x = (I - unit unit^T) / |n| d n.
+        dn_a = (-self._cu_a[:, None, None] * cross_matrix(v_a)[..., None, :, :]
+                + self._cv_a[:, None, None] * cross_matrix(u_a)[..., None, :, :])
+        dn_b = (self._cu_a[:, None, None] * cross_matrix(v_b)[..., None, :, :]
+                - self._cv_b[:, None, None] * cross_matrix(u_a)[..., None, :, :])
+        da = ((eye - outer(a, a)) / len_a[..., None, None])[..., None, :, :] @ dn_a
+        db = ((eye - outer(b, b)) / len_b[..., None, None])[..., None, :, :] @ dn_b
+        de = -self._cu_a[:, None, None] * ((eye - outer(e, e)) / length[..., None, None])[..., None, :, :]
+        d_cos = np.einsum("bmk,bmskl->bmsl", b, da) + np.einsum("bmk,bmskl->bmsl", a, db)
+        d_sin = (np.einsum("bmk,bmskl->bmsl", np.cross(b, e), da) + np.einsum("bmk,bmskl->bmsl", np.cross(e, a), db)
+                 + np.einsum("bmk,bmskl->bmsl", np.cross(a, b), de))
+        d_angle = ((cos[..., None, None] * d_sin - sin[..., None, None] * d_cos)
+                   / (cos * cos + sin * sin)[..., None, None])
+        return angle, a, b, da, db, d_angle
+
+    def forces(self, q, t):
+        angle, a, b = self._geometry(q, False)
+        force = self.stiffness * (angle - self.rest_angle)
+        corner = force[..., None, None] * (self._fa[:, None] * a[..., None, :] + self._fb[:, None] * b[..., None, :])
+        return self._scatter(corner)
+
+    def jacobian_pattern(self):
+        return self._pattern
+
+    def jacobian_values(self, q, t):
+        angle, a, b, da, db, d_angle = self._geometry(q, True)
+        force = self.stiffness * (angle - self.rest_angle)
+        direction = self._fa[:, None] * a[..., None, :] + self._fb[:, None] * b[..., None, :]  # (B, m, slots, 3)
+        # jac[r, i, c, k] = stiffness direction[r, i] d_angle[c, k] + force (fa[r] da[c, i, k] + fb[r] db[c, i, k])
+        jac = (self.stiffness[:, None, None] * direction)[..., None, None] * d_angle[:, :, None, None]
+        rows = self._fa[:, None, None, None]
+        jac += rows * (force[..., None, None, None] * da.transpose(0, 1, 3, 2, 4))[:, :, None]
+        rows = self._fb[:, None, None, None]
+        jac += rows * (force[..., None, None, None] * db.transpose(0, 1, 3, 2, 4))[:, :, None]
+        return jac.reshape(jac.shape[0], -1)
+
+
+class BlenderCloth(Model):
+    """Blender's cloth springs with Blender's per-vertex mass and air drag.
+
+    ``faces``: polygons (sequences of vertex indices) as in ``mesh.polygons``; ``vertex_mass``: Blender's
+    "Vertex Mass", a scalar or one value per vertex. The stiffnesses are the Cloth settings, which Blender
+    divides by the mean structural rest length ``avg``: ``k = tension / avg`` for structural and
+    ``shear / avg`` for shear springs, which pull only when stretched.
+
+    ``bending_model="linear"``: compressed structural springs are free; bending springs (see
+    ``build_springs``) resist compression only, with Choi–Ko ``kb = bending / (20 avg)`` and linear branch
+    slope ``cb = kb * bending_damping`` (Blender's "Bending Damping" setting, default 0.5, shapes this force).
+    ``bending_model="angular"`` (Blender's default): compressed structural springs follow Choi–Ko with
+    ``kb = cb = compression / avg``, and each hinge (see ``build_hinges``) is an angular spring of stiffness
+    ``0.1 * bending * rest_length``.
+
+    Air drag is ``-0.01 * air_damping * v`` per vertex, not scaled by mass (as in Blender). Spring and
+    bending damping on relative velocities are not forces of positions and are not represented; vertex-group
+    stiffness scaling, shrinking, sewing, internal springs and pressure are ignored.
+    """
+
+    def __init__(self, rest_positions, faces, vertex_mass, tension_stiffness, compression_stiffness,
+                 shear_stiffness, bending_stiffness, air_damping=0.0, bending_model="linear", bending_damping=0.5):
+        if bending_model not in ("linear", "angular"):
+            raise ValueError(f"bending_model must be 'linear' or 'angular', got {bending_model!r}")
+        x = check_positions(rest_positions)
+        n = x.shape[0]
+        for name, value in (("tension_stiffness", tension_stiffness), ("compression_stiffness", compression_stiffness),
+                            ("shear_stiffness", shear_stiffness), ("bending_stiffness", bending_stiffness),
+                            ("air_damping", air_damping), ("bending_damping", bending_damping)):
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be finite and non-negative, got {value}")
+        mass = np.broadcast_to(np.asarray(vertex_mass, dtype=float), (n,)).copy()
+        structural, shear, bending = build_springs(faces, n)
+        if bending_model == "angular":
+            bending = bending[:0]
+        pairs = np.concatenate([structural, shear, bending])
+        rest = np.linalg.norm(x[pairs[:, 1]] - x[pairs[:, 0]], axis=1)
+        if np.any(rest <= 0):
+            raise ValueError("a spring has zero rest length (coincident vertices in the rest shape)")
+        avg = rest[:len(structural)].mean() + _FLT_EPSILON
+        n_struct, n_shear, n_bend = len(structural), len(shear), len(bending)
+        k = np.r_[np.full(n_struct, tension_stiffness / avg), np.full(n_shear, shear_stiffness / avg), np.zeros(n_bend)]
+        if bending_model == "linear":
+            kb = np.r_[np.zeros(n_struct + n_shear), np.full(n_bend, bending_stiffness / (20.0 * avg))]
+            cb = kb * bending_damping
+        else:
+            kb = cb = np.r_[np.full(n_struct, compression_stiffness / avg), np.zeros(n_shear)]
+        self.springs = BlenderSpringTerm(n, pairs, rest, k, kb, cb)
+        terms = [self.springs]
+        if bending_model == "angular":
+            for i, j, others_a, others_b in build_hinges(faces, n):
+                stiffness = 0.1 * bending_stiffness * np.linalg.norm(x[i] - x[j], axis=1)
+                terms.append(BlenderAngularTerm(n, i, j, others_a, others_b, stiffness, x))
+        self.average_spring_length = avg - _FLT_EPSILON
+        self.spring_counts = {"structural": n_struct, "shear": n_shear, "bending": n_bend,
+                              "angular": sum(len(t.stencil) for t in terms[1:])}
+        damping = None if air_damping == 0 else np.full(n, 0.01 * air_damping)
+        super().__init__(mass, terms, damping)

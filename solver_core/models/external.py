@@ -1,0 +1,84 @@
+"""External forces: uniform gravity and a normal-pressure wind on triangles."""
+import numpy as np
+
+from .base import ForceTerm, sample_periodic
+from .cloth import VertexScatter, block_pattern, check_triangles, cross_matrix, outer
+
+
+class Gravity(ForceTerm):
+    """Constant force ``mass[i] * g`` on every vertex; its Jacobian is zero (empty pattern)."""
+
+    def __init__(self, mass, g=(0.0, 0.0, -9.81)):
+        mass = np.asarray(mass, dtype=float)
+        g = np.asarray(g, dtype=float)
+        if mass.ndim != 1 or g.shape != (3,):
+            raise ValueError(f"mass must be 1-D and g a 3-vector, got shapes {mass.shape} and {g.shape}")
+        if not np.all(np.isfinite(mass)) or not np.all(np.isfinite(g)):
+            raise ValueError("mass and g must be finite")
+        self.n_vertices = mass.size
+        self.weight = mass[:, None] * g
+
+    def forces(self, q, t):
+        return np.broadcast_to(self.weight, np.shape(q)).copy()
+
+    def jacobian_pattern(self):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+
+    def jacobian_values(self, q, t):
+        return np.zeros((np.shape(q)[0], 0))
+
+
+class Wind(ForceTerm):
+    """Wind pressure on triangles: ``coefficient * area * (n . w) n`` per triangle, a third to each corner.
+
+    ``n`` is the unit normal, so the force is area-weighted (a pressure, independent of mesh resolution)
+    and independent of the triangle's orientation. ``wind`` is a constant ``(3,)`` vector or ``(P, 3)``
+    per-frame samples read periodically at the frame times ``t``.
+    """
+
+    def __init__(self, n_vertices, triangles, wind, coefficient=1.0):
+        self.n_vertices = int(n_vertices)
+        self.triangles = check_triangles(triangles, self.n_vertices)
+        wind = np.asarray(wind, dtype=float)
+        if wind.shape != (3,) and (wind.ndim != 2 or wind.shape[1] != 3 or wind.shape[0] == 0):
+            raise ValueError(f"wind must have shape (3,) or (P, 3), got {wind.shape}")
+        if not np.all(np.isfinite(wind)) or not np.isfinite(coefficient):
+            raise ValueError("wind and coefficient must be finite")
+        self.wind = wind
+        self.coefficient = float(coefficient)
+        self._scatter = VertexScatter(self.triangles, self.n_vertices)
+        self._pattern = block_pattern(self.triangles)
+
+    def _wind_at(self, t, b):
+        if self.wind.ndim == 1:
+            return np.broadcast_to(self.wind, (b, 3))
+        return sample_periodic(self.wind, np.broadcast_to(np.asarray(t, dtype=float), (b,)))
+
+    def _normals(self, q):
+        x = np.asarray(q, dtype=float)[:, self.triangles]
+        return x, np.cross(x[:, :, 1] - x[:, :, 0], x[:, :, 2] - x[:, :, 0])
+
+    def forces(self, q, t):
+        _, N = self._normals(q)
+        w = self._wind_at(t, N.shape[0])[:, None, :]
+        length = np.linalg.norm(N, axis=-1, keepdims=True)
+        # area * (n . w) n = (N . w) N / (2 |N|), split over three corners.
+        f = self.coefficient / 6.0 * np.sum(N * w, -1, keepdims=True) * N / length
+        return self._scatter(np.repeat(f[:, :, None, :], 3, axis=2))
+
+    def jacobian_pattern(self):
+        return self._pattern
+
+    def jacobian_values(self, q, t):
+        x, N = self._normals(q)
+        w = np.broadcast_to(self._wind_at(t, N.shape[0])[:, None, :], N.shape)
+        length = np.linalg.norm(N, axis=-1)[..., None, None]
+        nw = np.sum(N * w, -1)[..., None, None]
+        eye = np.eye(3)
+        d_force_d_normal = self.coefficient / 6.0 * (outer(N, w) / length
+                                                     + nw * (eye / length - outer(N, N) / length**3))
+        # dN/dx_a = [x_{a+2} - x_{a+1}]_x (indices mod 3).
+        d_normal_d_x = cross_matrix(x[:, :, [2, 0, 1]] - x[:, :, [1, 2, 0]])
+        block = np.einsum("btij,btajk->btiak", d_force_d_normal, d_normal_d_x)
+        values = np.broadcast_to(block[:, :, None], block.shape[:2] + (3,) + block.shape[2:])
+        return values.reshape(values.shape[0], -1)
