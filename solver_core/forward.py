@@ -37,16 +37,24 @@ class _ImplicitStep:
         self._r, self._c = r[self._keep], c[self._keep]
         h = prob.h
         self.mdiag = np.repeat(model.mass / h ** 2 + _drag(model) / h, 3)
+        self.inertia = np.repeat(model.mass / h ** 2, 3)
         self.model, self.prob = model, prob
 
-    def matrix(self, x, t):
-        """S = M/h^2 + D/h - dF/dq at x (1, n, 3), restricted to free DOFs (CSC)."""
-        vals = np.concatenate([self.mdiag, -self.model.jacobian_values(x, t)[0]])[self._keep]
+    def matrix(self, x, t, shift=0.0):
+        """S = M/h^2 + D/h - dF/dq at x (1, n, 3) on the free DOFs (CSC); ``shift`` adds shift * M/h^2."""
+        diag = self.mdiag + shift * self.inertia
+        vals = np.concatenate([diag, -self.model.jacobian_values(x, t)[0]])[self._keep]
         m = self.free.size
         return sp.csc_matrix((vals, (self._r, self._c)), shape=(m, m))
 
-    def solve(self, q_prev, q_cur, rhs_extra, x_pins, t, tol=1e-10, max_iters=50):
-        """Solve the step for q_next; returns (q_next, LU of S at the solution)."""
+    def solve(self, q_prev, q_cur, rhs_extra, x_pins, t, tol=1e-10, max_iters=100):
+        """Solve the step for q_next; returns (q_next, LU of S at the solution).
+
+        Newton's method with backtracking on |R|. Where S is indefinite (buckling cloth, inverted
+        elements) Newton may crawl; then the direction is taken from S + shift M/h^2 (pseudo-transient
+        continuation: a shorter implicit step towards the same solution), the shift growing while steps
+        are poor and vanishing again when full steps are accepted.
+        """
         prob, model = self.prob, self.model
         h = prob.h
         m = model.mass[:, None]
@@ -61,25 +69,29 @@ class _ImplicitStep:
 
         r = res(x)
         scale = max(np.abs(m * (q_cur - q_prev)).max() / h ** 2, np.abs(r).max(), 1e-300)
-        lu = None
+        shift = 0.0
         for _ in range(max_iters):
-            lu = spla.splu(self.matrix(x[None], tt))
-            dx = lu.solve(-r)
+            if np.abs(r).max() <= tol * scale:
+                return x, spla.splu(self.matrix(x[None], tt))
+            dx = spla.splu(self.matrix(x[None], tt, shift)).solve(-r)
             norm0 = np.linalg.norm(r)
             s = 1.0
             while True:
                 y = x.copy()
                 y.reshape(-1)[self.free] += s * dx
                 ry = res(y)
-                if np.all(np.isfinite(ry)) and np.linalg.norm(ry) < (1 - 1e-4 * s) * norm0 or s < 1e-6:
+                if np.all(np.isfinite(ry)) and np.linalg.norm(ry) < (1 - 1e-4 * s) * norm0:
                     break
                 s *= 0.5
-            x, r = y, ry
-            if not np.all(np.isfinite(r)):
-                raise SimulationFailed("implicit step produced non-finite values")
-            if np.abs(r).max() <= tol * scale and s == 1.0:
-                return x, spla.splu(self.matrix(x[None], tt))
-        raise SimulationFailed(f"implicit step did not converge (residual {np.abs(r).max():.3e})")
+                if s < 1e-4:
+                    break
+            if s >= 0.5:
+                shift = 0.0 if shift < 1e-2 else shift / 10
+            else:
+                shift = max(1.0, 10 * shift)
+            if s >= 1e-4:
+                x, r = y, ry
+        raise SimulationFailed(f"implicit step did not converge (residual {np.abs(r).max():.3e} N)")
 
 
 def simulate(prob, n_states=None, controls=None, keep_factors=False):
