@@ -47,13 +47,15 @@ class _ImplicitStep:
         m = self.free.size
         return sp.csc_matrix((vals, (self._r, self._c)), shape=(m, m))
 
-    def solve(self, q_prev, q_cur, rhs_extra, x_pins, t, tol=1e-10, max_iters=100):
+    def solve(self, q_prev, q_cur, rhs_extra, x_pins, t, tol=1e-9, max_iters=100):
         """Solve the step for q_next; returns (q_next, LU of S at the solution).
 
-        Newton's method with backtracking on |R|. Where S is indefinite (buckling cloth, inverted
-        elements) Newton may crawl; then the direction is taken from S + shift M/h^2 (pseudo-transient
-        continuation: a shorter implicit step towards the same solution), the shift growing while steps
-        are poor and vanishing again when full steps are accepted.
+        For a conservative model the step is the minimizer of the incremental potential
+        Phi(y) = |y - 2 q_cur + q_prev|^2_M / 2h^2 + |y - q_cur|^2_D / 2h + U(y) - u . y, whose gradient
+        is the step residual R: Newton directions from S + shift M/h^2, the shift raised until the
+        matrix is positive definite (buckling cloth, inverted elements), with backtracking on Phi.
+        Otherwise (wind, non-potential forces) Newton with backtracking on |R|, the same shift
+        taken when steps stall.
         """
         prob, model = self.prob, self.model
         h = prob.h
@@ -62,36 +64,59 @@ class _ImplicitStep:
         x = 2 * q_cur - q_prev
         x[prob.pins] = x_pins
         tt = np.array([t])
+        potential = model.conservative
 
         def res(y):
             r = m * (y - 2 * q_cur + q_prev) / h ** 2 + d * (y - q_cur) / h - model.forces(y[None], tt)[0] - rhs_extra
             return r.ravel()[self.free]
 
+        def merit(y, r, on_phi):
+            if not on_phi:
+                return float(np.linalg.norm(r))
+            return float(np.sum(m * (y - 2 * q_cur + q_prev) ** 2) / (2 * h ** 2) + np.sum(d * (y - q_cur) ** 2) / (2 * h)
+                         + model.energy(y[None], tt)[0] - np.sum(rhs_extra * y))
+
         r = res(x)
-        scale = max(np.abs(m * (q_cur - q_prev)).max() / h ** 2, np.abs(r).max(), 1e-300)
+        # Round-off reference: the largest of inertia, residual and force terms that R sums.
+        scale = max(np.abs(m * (q_cur - q_prev)).max() / h ** 2, np.abs(r).max(),
+                    np.abs(model.forces(x[None], tt)).max(), 1e-300)
         shift = 0.0
         for _ in range(max_iters):
             if np.abs(r).max() <= tol * scale:
                 return x, spla.splu(self.matrix(x[None], tt))
-            dx = spla.splu(self.matrix(x[None], tt, shift)).solve(-r)
-            norm0 = np.linalg.norm(r)
+            # Phi's round-off swamps its decrease close to the solution: finish on |R| there.
+            on_phi = potential and np.abs(r).max() > 1e3 * tol * scale
+            dx, shift = self._direction(x, tt, r, shift, on_phi)
+            phi0 = merit(x, r, on_phi)
+            slope = -float(r @ dx) if on_phi else 0.0
             s = 1.0
-            while True:
+            while s >= 1e-4:
                 y = x.copy()
                 y.reshape(-1)[self.free] += s * dx
                 ry = res(y)
-                if np.all(np.isfinite(ry)) and np.linalg.norm(ry) < (1 - 1e-4 * s) * norm0:
-                    break
+                if np.all(np.isfinite(ry)):
+                    phi = merit(y, ry, on_phi)
+                    if (phi <= phi0 - 1e-4 * s * slope) if on_phi else (phi < (1 - 1e-4 * s) * phi0):
+                        break
                 s *= 0.5
-                if s < 1e-4:
-                    break
-            if s >= 0.5:
-                shift = 0.0 if shift < 1e-2 else shift / 10
-            else:
-                shift = max(1.0, 10 * shift)
+            shift = (0.0 if shift < 1e-2 else shift / 10) if s >= 0.5 else max(1.0, 10 * shift)
             if s >= 1e-4:
                 x, r = y, ry
         raise SimulationFailed(f"implicit step did not converge (residual {np.abs(r).max():.3e} N)")
+
+    def _direction(self, x, tt, r, shift, potential):
+        """Newton direction -(S + shift M/h^2)^-1 R; for potentials the shift grows until S is positive definite."""
+        while True:
+            S = self.matrix(x[None], tt, shift)
+            if not potential:
+                return spla.splu(S).solve(-r), shift
+            try:   # symmetric pivoting only: positive pivots <=> positive definite
+                lu = spla.splu(S, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+                if np.all(lu.U.diagonal() > 0) and np.array_equal(lu.perm_r, lu.perm_c):
+                    return lu.solve(-r), shift
+            except RuntimeError:   # exactly singular
+                pass
+            shift = max(1e-3, 10 * shift)
 
 
 def simulate(prob, n_states=None, controls=None, keep_factors=False):

@@ -93,6 +93,16 @@ class Model(ForceTerm):
             self._pattern = (rows, cols)
         return self._pattern
 
+    @property
+    def conservative(self):
+        """True when every term has a potential ``energy(q, t)`` (its forces are minus its gradient)."""
+        return all(hasattr(term, "energy") for term in self.terms)
+
+    def energy(self, q, t):
+        """Total potential energy (B,) of a conservative model."""
+        q = np.asarray(q)
+        return sum((term.energy(q, t) for term in self.terms), np.zeros(q.shape[0]))
+
     def jacobian_values(self, q, t):
         q = np.asarray(q)
         if not self.terms:

@@ -202,7 +202,7 @@ class MembraneTerm(ForceTerm):
     def _deformation_gradient(self, q):
         return np.einsum("btai,taj->btij", np.asarray(q, dtype=float)[:, self.triangles], self.G)
 
-    def energy(self, q):
+    def energy(self, q, t=None):
         """Membrane energy of each frame, ``(B,)``."""
         psi = self.law(self._deformation_gradient(q), self.mu, self.lam, 0)
         return psi @ self.weight
@@ -349,7 +349,7 @@ class BendingTerm(ForceTerm):
     def _excess(self, theta):
         return (theta - self.rest_angle + np.pi) % (2.0 * np.pi) - np.pi
 
-    def energy(self, q):
+    def energy(self, q, t=None):
         """Bending energy of each frame, ``(B,)``."""
         return self._excess(self._angles(q, 0)) ** 2 @ self.weight
 

@@ -18,6 +18,10 @@ class Gravity(ForceTerm):
         self.n_vertices = mass.size
         self.weight = mass[:, None] * g
 
+    def energy(self, q, t=None):
+        """Potential energy -sum_i m_i g . q_i of each frame, ``(B,)``."""
+        return -np.einsum("bni,ni->b", np.asarray(q, dtype=float), self.weight)
+
     def forces(self, q, t):
         return np.broadcast_to(self.weight, np.shape(q)).copy()
 
