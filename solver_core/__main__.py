@@ -33,8 +33,17 @@ def cmd_demo(args):
 
 
 def cmd_bench(args):
-    from .scenes.bench_nbody import run_benchmark
-    run_benchmark()
+    if args.suite == "nbody":
+        from .scenes.bench_nbody import run_benchmark
+        run_benchmark()
+    elif args.suite == "table1":
+        from .scenes.bench_table1 import run_benchmark
+        run_benchmark(args.scenes, args.scale, args.max_iters, args.backend)
+
+
+def cmd_figures(args):
+    from .scenes.figures import make_figures
+    make_figures(args.out, args.scale, args.max_iters, args.backend)
 
 
 def main(argv=None):
@@ -56,8 +65,18 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("bench", help="print benchmark figures")
-    p.add_argument("suite", choices=["nbody"])
+    p.add_argument("suite", choices=["nbody", "table1"])
+    p.add_argument("--scenes", nargs="*", help="table1: scenes to run (default all)")
+    p.add_argument("--scale", type=float, default=1.0, help="table1: mesh and frame scale (1 = paper size)")
+    p.add_argument("--max-iters", type=int, default=300)
+    p.add_argument("--backend", default="auto")
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("figures", help="save the paper's Fig. 9 and Fig. 11d for our implementation")
+    p.add_argument("--out", default="out")
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--max-iters", type=int, default=300)
+    p.add_argument("--backend", default="auto")
+    p.set_defaults(func=cmd_figures)
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     try:
