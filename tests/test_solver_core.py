@@ -255,3 +255,11 @@ def test_bad_models_and_trajectories_raise():
         sc.loss(prob, np.zeros((3, 4, 3)))
     with pytest.raises(ValueError, match="init must be"):
         sc.make_loop(prob, init="magic")
+
+
+def test_cholmod_symbolic_analysis_is_computed_once():
+    prob = nbody_problem(3, seed=1, perturbation=0.02, n_frames=60)
+    gn = sc.GaussNewton(prob, backend="cholmod")
+    gn.run(sc.simulate(prob), max_iters=5, tol=0.0)
+    assert len(gn.history) - 1 == 5
+    assert gn.backend.analyses == 1
