@@ -1,0 +1,80 @@
+"""Blender Cloth modifier settings mapped to a ``BlenderCloth`` model, a time step and a sub-step count.
+
+Blender integrates cloth in its own time unit tau, not seconds (Blender 4.x sources):
+
+- ``SIM_cloth_solve`` (``SIM_mass_spring.cc``) advances one frame by ``tf = timescale`` in steps of
+  ``dt = sim_parms->dt * timescale``, where ``sim_parms->dt = 1 / stepsPerFrame`` (``do_init_cloth`` in
+  ``cloth.cc``) and ``timescale = framelen * time_scale`` (``clothModifier_do``; ``framelen`` is 1 without
+  time remapping, ``BKE_ptcache_id_time``). So a frame lasts ``time_scale`` tau, in ``quality`` sub-steps.
+- ``cloth_calc_force`` applies gravity ``mass * 0.001 * scene_gravity * effector_weights.gravity`` and drag
+  ``-0.01 * air_damping * v`` (``SIM_mass_spring_force_drag``: no mass factor), all in tau units.
+
+Taking one tau as ``1 / fps`` seconds turns Blender's equations ``m x'' = F + ...`` (' = d/dtau) into
+seconds by multiplying every force by ``fps**2`` and the drag coefficient by ``fps``: the model below has
+stiffnesses ``fps**2`` times the settings, air damping ``fps`` times, and gravity ``0.001 * fps**2 * g``.
+The Speed Multiplier then only stretches time: a frame lasts ``time_scale / fps`` seconds.
+
+Not mapped (``BlenderCloth`` has no such terms): the spring damping settings (tension, compression, shear
+damping and the angular springs' velocity damping), internal springs, pressure, shrinking, sewing,
+per-vertex stiffness groups, collisions and force fields.
+"""
+import numpy as np
+
+from .blender_cloth import BlenderCloth
+from .external import Gravity
+
+GRAVITY_SCALE = 0.001  # Blender's cloth scales scene gravity by this factor (cloth_calc_force)
+
+# Blender 4.x defaults of the ``ClothSettings`` read by ``blender_cloth_problem_parts``; the keys are the
+# ``bpy.types.ClothSettings`` attribute names.
+CLOTH_SETTINGS_DEFAULTS = {
+    "mass": 0.3,
+    "tension_stiffness": 15.0,
+    "compression_stiffness": 15.0,
+    "shear_stiffness": 5.0,
+    "bending_stiffness": 0.5,
+    "air_damping": 1.0,
+    "bending_model": "ANGULAR",
+    "bending_damping": 0.5,
+    "quality": 5,
+    "time_scale": 1.0,
+}
+
+
+def blender_cloth_problem_parts(rest_positions, faces, settings, fps, frame_step=1, gravity=(0.0, 0.0, -9.81)):
+    """``(model, dt, substeps)`` reproducing what Blender's cloth solver integrates, in seconds.
+
+    ``rest_positions``: (n, 3) world-space rest shape (the mesh at the cache's start frame); ``faces``: the
+    polygons as vertex-index sequences (``mesh.polygons``). ``settings``: a mapping with every key of
+    ``CLOTH_SETTINGS_DEFAULTS`` (``ClothSettings`` attributes; ``bending_model`` is ``"ANGULAR"`` or
+    ``"LINEAR"``, any case). ``fps``: ``scene.render.fps / scene.render.fps_base``. ``frame_step``: the cache
+    frames the loop samples are this many frames apart. ``gravity``: ``scene.gravity`` times the cloth's
+    ``effector_weights.gravity`` (zero when ``scene.use_gravity`` is off).
+
+    ``model``: ``BlenderCloth`` plus ``Gravity``, mass in kg (the Vertex Mass), time in seconds.
+    ``dt = frame_step * time_scale / fps``: seconds between two sampled frames. ``substeps = frame_step *
+    quality``: Blender's implicit steps in that time, for ``LoopProblem(..., substeps=substeps)``.
+    """
+    missing = sorted(set(CLOTH_SETTINGS_DEFAULTS) - set(settings))
+    if missing:
+        raise ValueError(f"cloth settings lack {missing}")
+    fps, time_scale = float(fps), float(settings["time_scale"])
+    if not (np.isfinite(fps) and fps > 0):
+        raise ValueError(f"fps must be positive, got {fps}")
+    if not (np.isfinite(time_scale) and time_scale > 0):
+        raise ValueError(f"time_scale must be positive, got {time_scale}")
+    for name, value in (("frame_step", frame_step), ("quality", settings["quality"])):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value}")
+    force_scale = fps ** 2
+    cloth = BlenderCloth(
+        rest_positions, faces, settings["mass"],
+        tension_stiffness=force_scale * settings["tension_stiffness"],
+        compression_stiffness=force_scale * settings["compression_stiffness"],
+        shear_stiffness=force_scale * settings["shear_stiffness"],
+        bending_stiffness=force_scale * settings["bending_stiffness"],
+        air_damping=fps * settings["air_damping"],
+        bending_model=str(settings["bending_model"]).lower(),
+        bending_damping=settings["bending_damping"])
+    model = cloth.add(Gravity(cloth.mass, GRAVITY_SCALE * force_scale * np.asarray(gravity, dtype=float)))
+    return model, int(frame_step) * time_scale / fps, int(frame_step) * int(settings["quality"])
