@@ -1,4 +1,4 @@
-"""Command line: ``python -m solver_core loop PROBLEM.npz -o RESULT.npz``, ``demo nbody``, ``bench nbody``."""
+"""Command line: ``python -m solver_core loop PROBLEM.npz -o RESULT.npz``, ``demo nbody``, ``bench nbody``, ``bench speed``."""
 import argparse
 import json
 import sys
@@ -39,6 +39,9 @@ def cmd_bench(args):
     elif args.suite == "table1":
         from .scenes.bench_table1 import run_benchmark
         run_benchmark(args.scenes, args.scale, args.max_iters, args.backend)
+    elif args.suite == "speed":
+        from .scenes.bench_speed import run_benchmark
+        run_benchmark(args.steps, args.scenes, scaling=not args.no_scaling, big=not args.no_big)
 
 
 def cmd_figures(args):
@@ -55,7 +58,7 @@ def main(argv=None):
     p.add_argument("--init", default="fast_projection", choices=["fast_projection", "forward", "crossfade"])
     p.add_argument("--max-iters", type=int, default=200)
     p.add_argument("--tol", type=float, default=1e-8)
-    p.add_argument("--backend", default="auto", choices=["auto", "cholmod", "scipy"])
+    p.add_argument("--backend", default="auto", choices=["auto", "cholmod", "scipy", "structured"])
     p.add_argument("--quiet", action="store_true", help="no per-iteration progress lines")
     p.set_defaults(func=cmd_loop)
     p = sub.add_parser("demo", help="run a demo scene and save its plot")
@@ -65,7 +68,10 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("bench", help="print benchmark figures")
-    p.add_argument("suite", choices=["nbody", "table1"])
+    p.add_argument("suite", choices=["nbody", "table1", "speed"])
+    p.add_argument("--steps", type=int, default=4, help="speed: Gauss-Newton steps per solve")
+    p.add_argument("--no-scaling", action="store_true", help="speed: skip the scaling table")
+    p.add_argument("--no-big", action="store_true", help="speed: skip the 2000-vertex x 1000-frame case")
     p.add_argument("--scenes", nargs="*", help="table1: scenes to run (default all)")
     p.add_argument("--scale", type=float, default=1.0, help="table1: mesh and frame scale (1 = paper size)")
     p.add_argument("--max-iters", type=int, default=300)

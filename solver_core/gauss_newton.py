@@ -28,15 +28,26 @@ class GaussNewton:
     """Minimizes ``loss(prob, q)`` over the free unknowns of ``prob``.
 
     One instance keeps the residual-Jacobian pattern and the linear-solver backend (and so its
-    symbolic factorization) for all its iterations. ``history`` lists per-iteration dicts with
+    symbolic factorization) for all its iterations. A problem-aware backend (one with ``bind``, such
+    as "structured") computes gradient and direction itself: ``bind(prob)``, then ``step(q, u)``. ``history`` lists per-iteration dicts with
     iteration, loss, step (line-search factor), step_norm and seconds.
     """
 
     def __init__(self, prob, backend="auto"):
         self.prob = prob
-        self.jac = ResidualJacobian(prob)
         self.backend = make_backend(backend)
+        self.problem_aware = hasattr(self.backend, "bind")
+        if self.problem_aware:
+            self.backend.bind(prob)
+        self._jac = None
         self.history = []
+
+    @property
+    def jac(self):
+        """The assembled residual Jacobian (built on first use)."""
+        if self._jac is None:
+            self._jac = ResidualJacobian(self.prob)
+        return self._jac
 
     def system(self, q):
         """(H, g): Gauss–Newton matrix J^T B J + K^T C K and gradient J^T B u + K^T C g at q."""
@@ -69,15 +80,18 @@ class GaussNewton:
         the loss never increases). ``callback(info)`` returning True stops after that iteration."""
         prob = self.prob
         q = prob.apply_constraints(prob.check_trajectory(q0, "initial guess"))
-        free = self.jac.free_flat
+        free = np.flatnonzero(prob.free_mask())
         current = loss(prob, q)
         self.history = [dict(iteration=0, loss=current, step=0.0, step_norm=0.0, seconds=0.0, phase=phase)]
         self.stop_reason = "max_iters"
         self.cancelled = False
         t0 = time.perf_counter()
         for it in range(1, max_iters + 1):
-            H, g = self.system(q)
-            d = self.direction(H, g)
+            if self.problem_aware:
+                d, g = self.backend.step(q, residual_steps(prob, q))
+            else:
+                H, g = self.system(q)
+                d = self.direction(H, g)
             slope = float(g @ d)
             flat = q.ravel()
             s, accepted = 1.0, None

@@ -1,13 +1,16 @@
 """Sparse symmetric positive definite solves behind one small interface.
 
-``make_backend("auto" | "cholmod" | "scipy")`` returns an object with ``factorize(A)`` and
-``solve(b)``. The CHOLMOD backend computes the symbolic analysis on the first matrix and reuses it
+``make_backend("auto" | "cholmod" | "scipy" | "structured")`` returns an object with
+``factorize(A)`` and ``solve(b)``, or, for "structured" (see ``structured_solve``), a problem-aware
+backend with ``bind(prob)`` and ``step(q, u)`` that never assembles the matrix. The CHOLMOD backend computes the symbolic analysis on the first matrix and reuses it
 for every later one (the Gauss–Newton matrix keeps its sparsity pattern); the SciPy backend (SuperLU)
 is the fallback when scikit-sparse is not importable.
 """
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
+
+from .structured_solve import StructuredBackend
 
 try:
     from sksparse import cholmod
@@ -75,11 +78,12 @@ class ScipyBackend:
         return int(self._lu.L.nnz + self._lu.U.nnz)
 
 
-BACKENDS = {"cholmod": CholmodBackend, "scipy": ScipyBackend}
+BACKENDS = {"cholmod": CholmodBackend, "scipy": ScipyBackend, "structured": StructuredBackend}
 
 
 def make_backend(name="auto"):
-    """A fresh linear-solver backend: "cholmod", "scipy", or "auto" (CHOLMOD when available)."""
+    """A fresh linear-solver backend: "cholmod", "scipy", "structured", or "auto" (CHOLMOD when
+    available, else SciPy; "structured" is not yet measured faster to the same loss, see bench speed)."""
     if name == "auto":
         name = "cholmod" if cholmod is not None else "scipy"
     if isinstance(name, str):
