@@ -1,0 +1,261 @@
+"""Make Loop (modal: the solve runs on a worker thread, a timer copies its progress into the scene's run
+state), Cancel, Restore Simulation and Physics Defaults.
+
+Everything that touches bpy data runs here on the main thread: gathering before the solve, writing after
+it. Cancel or failure writes nothing. From scripts and in background mode (no event loop, timers never
+fire) ``execute`` runs the same job inline.
+"""
+import os
+
+import bpy
+
+from . import export, scene_io, writeback
+from .errors import LoopError
+from .properties import fill_from_physics
+from .worker import SolveJob, progress_fraction
+
+TIMER_SECONDS = 0.1
+OUTPUT_EXTENSIONS = {"ALEMBIC": ".abc", "PC2": ".pc2"}
+_job = None     # the running SolveJob: one solve at a time
+
+
+def running_job():
+    """The SolveJob in progress, or None."""
+    return _job
+
+
+def loop_settings(obj, settings, context):
+    """scene_io.LoopSettings for ``obj`` from its panel settings (N bodies: the selected objects)."""
+    if settings.model == "nbody":
+        objects = tuple(ob.name for ob in context.selected_objects) or (obj.name,)
+    else:
+        objects = (obj.name,)
+    return scene_io.LoopSettings(
+        objects=objects, frame_start=settings.frame_start, frame_end=settings.frame_end, model=settings.model,
+        scheme=settings.scheme, init=settings.init, substeps=settings.substeps, iterations=settings.max_iters,
+        soft=0.0 if settings.hard_initial else settings.soft_weight, pin_group=settings.pin_group,
+        collider_collection=settings.colliders.name if settings.colliders else "",
+        bake_missing=settings.bake_missing, gravitational_constant=settings.gravitational_constant,
+        softening=settings.softening, density=settings.density)
+
+
+def output_path(settings):
+    """Absolute output file of an Alembic / PC2 output, with its extension."""
+    path = bpy.path.abspath(settings.filepath)
+    ext = OUTPUT_EXTENSIONS[settings.output]
+    return path if path.lower().endswith(ext) else path + ext
+
+
+def write_output(context, gathered, q, output, path):
+    """Write loop q as ``output`` (SHAPE_KEYS, or ALEMBIC / PC2 at ``path``) on the main thread;
+    returns what was written (N bodies are always written as location keys)."""
+    if output == "SHAPE_KEYS" or gathered.kind != "mesh":
+        writeback.write_back(gathered, q)
+        return "shape keys" if gathered.kind == "mesh" else "location keys"
+    if output == "PC2":
+        export.export_pc2(gathered, q, path, attach=True)
+    else:
+        export.export_alembic(gathered, q, path, context)
+    return os.path.basename(path)
+
+
+def _tag_redraw(context):
+    for window in context.window_manager.windows:
+        for area in window.screen.areas:
+            if area.type == "VIEW_3D":
+                area.tag_redraw()
+
+
+class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
+    """Make the active object's simulation loop seamlessly (in the background; Esc cancels)"""
+
+    bl_idname = "cyclic_loop.make_loop"
+    bl_label = "Make Loop"
+    bl_options = {"REGISTER", "UNDO"}
+
+    @classmethod
+    def poll(cls, context):
+        obj = context.active_object
+        return obj is not None and obj.type == "MESH"
+
+    def invoke(self, context, event):
+        if not self._start(context):
+            return {"CANCELLED"}
+        _job.start()
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(TIMER_SECONDS, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def execute(self, context):
+        if not self._start(context):
+            return {"CANCELLED"}
+        _job.run()
+        return self._finish(context)
+
+    def modal(self, context, event):
+        if event.type == "ESC" and event.value == "PRESS":
+            _job.cancel()
+            context.scene.cyclic_loop_run.message = "Cancelling..."
+            return {"RUNNING_MODAL"}
+        if event.type == "TIMER" and event.timer is self._timer:
+            self._sync(context)
+            if _job.done:
+                context.window_manager.event_timer_remove(self._timer)
+                return self._finish(context)
+        return {"PASS_THROUGH"}
+
+    def cancel(self, context):
+        """Blender stops the operator (file load, window closed): stop the solve, write nothing."""
+        global _job
+        context.window_manager.event_timer_remove(self._timer)
+        if _job is not None:
+            _job.cancel()
+            _job = None
+        context.scene.cyclic_loop_run.running = False
+
+    def _start(self, context):
+        """Gather the scene and create the job; False (with a report) when refused or invalid."""
+        global _job
+        run = context.scene.cyclic_loop_run
+        if _job is not None:
+            self.report({"WARNING"}, "A loop is already being made; wait for it or cancel it")
+            return False
+        obj = context.active_object
+        settings = obj.cyclic_loop_settings
+        if not settings.initialized:
+            fill_from_physics(settings, obj, context.scene)
+        options = loop_settings(obj, settings, context)
+        try:
+            gathered = scene_io.gather(options, context)
+        except LoopError as exc:
+            self.report({"ERROR"}, str(exc))
+            run.message = f"Not started: {exc}"
+            return False
+        _job = SolveJob(gathered, options, settings.method)
+        self._method, self._init, self._max_iters = settings.method, settings.init, settings.max_iters
+        self._object_name, self._output = obj.name, settings.output
+        self._path = "" if settings.output == "SHAPE_KEYS" else output_path(settings)
+        run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, 0.0
+        run.redraws, run.message = 0, ""
+        return True
+
+    def _sync(self, context):
+        """Copy the job's latest progress into the run state and redraw the sidebars."""
+        run = context.scene.cyclic_loop_run
+        for info in _job.progress():
+            run.phase, run.iteration, run.loss = info["phase"], info["iteration"], info["loss"]
+            run.progress = max(run.progress, progress_fraction(info["phase"], info["iteration"], self._max_iters,
+                                                               self._init))
+        run.redraws += 1
+        _tag_redraw(context)
+
+    def _finish(self, context):
+        """Main thread, job done: write the loop and the report, or report why not."""
+        global _job
+        job, _job = _job, None
+        run = context.scene.cyclic_loop_run
+        run.running = False
+        _tag_redraw(context)
+        if job.error is not None:
+            run.message = f"Failed: {job.error}"
+            self.report({"ERROR"}, run.message)
+            return {"CANCELLED"}
+        if job.cancelled:
+            run.message = "Cancelled: the scene is unchanged"
+            self.report({"INFO"}, run.message)
+            return {"CANCELLED"}
+        try:
+            written = write_output(context, job.gathered, job.q, self._output, self._path)
+        except LoopError as exc:
+            run.message = f"Not written: {exc}"
+            self.report({"ERROR"}, run.message)
+            return {"CANCELLED"}
+        rep = job.report
+        run.has_report, run.object_name, run.method = True, self._object_name, self._method
+        run.seam_before, run.seam_after = rep["source"]["position_jump"], rep["loop"]["position_jump"]
+        run.residual, run.seconds = rep["loop"]["residual_rel_mean"], rep["seconds"]
+        run.init_used, run.fallback_reason = rep["init_used"], rep["fallback_reason"]
+        run.iterations = rep["fast_projection_iterations"] + rep["gauss_newton_iterations"]
+        run.progress, run.message = 1.0, f"Loop written as {written}"
+        self.report({"INFO"}, f"Seam jump {run.seam_before:.3g} -> {run.seam_after:.3g}, residual "
+                              f"{run.residual:.3g}, {run.seconds:.1f} s ({run.init_used})")
+        return {"FINISHED"}
+
+
+class CYCLICLOOP_OT_cancel(bpy.types.Operator):
+    """Stop the running solve; the scene stays as it was"""
+
+    bl_idname = "cyclic_loop.cancel"
+    bl_label = "Cancel Loop"
+
+    @classmethod
+    def poll(cls, context):
+        return _job is not None
+
+    def execute(self, context):
+        _job.cancel()
+        context.scene.cyclic_loop_run.message = "Cancelling..."
+        return {"FINISHED"}
+
+
+class CYCLICLOOP_OT_restore(bpy.types.Operator):
+    """Remove the loop from the object of the last run and show its original simulation again"""
+
+    bl_idname = "cyclic_loop.restore"
+    bl_label = "Restore Simulation"
+    bl_options = {"REGISTER", "UNDO"}
+
+    @classmethod
+    def poll(cls, context):
+        run = context.scene.cyclic_loop_run
+        obj = bpy.data.objects.get(run.object_name)
+        return _job is None and obj is not None and writeback.MARKER in obj
+
+    def execute(self, context):
+        run = context.scene.cyclic_loop_run
+        writeback.remove_loop(bpy.data.objects[run.object_name])
+        run.has_report, run.message = False, f"Restored the simulation of {run.object_name}"
+        return {"FINISHED"}
+
+
+class CYCLICLOOP_OT_physics_defaults(bpy.types.Operator):
+    """Set the loop settings from the active object's physics modifier"""
+
+    bl_idname = "cyclic_loop.physics_defaults"
+    bl_label = "Physics Defaults"
+    bl_options = {"REGISTER", "UNDO"}
+
+    @classmethod
+    def poll(cls, context):
+        return _job is None and context.active_object is not None
+
+    def execute(self, context):
+        fill_from_physics(context.active_object.cyclic_loop_settings, context.active_object, context.scene)
+        return {"FINISHED"}
+
+
+@bpy.app.handlers.persistent
+def _reset_after_load(_dummy):
+    """A solve never survives loading a file: clear a saved ``running`` flag."""
+    for scene in bpy.data.scenes:
+        scene.cyclic_loop_run.running = False
+
+
+CLASSES = (CYCLICLOOP_OT_make_loop, CYCLICLOOP_OT_cancel, CYCLICLOOP_OT_restore, CYCLICLOOP_OT_physics_defaults)
+
+
+def register():
+    for cls in CLASSES:
+        bpy.utils.register_class(cls)
+    bpy.app.handlers.load_post.append(_reset_after_load)
+
+
+def unregister():
+    global _job
+    if _job is not None:
+        _job.cancel()
+        _job = None
+    bpy.app.handlers.load_post.remove(_reset_after_load)
+    for cls in reversed(CLASSES):
+        bpy.utils.unregister_class(cls)

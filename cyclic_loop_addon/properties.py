@@ -1,0 +1,134 @@
+"""Settings (per object) and run state (per scene), stored in the .blend as PropertyGroups."""
+import bpy
+from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, PointerProperty,
+                       StringProperty)
+
+MODELS = (
+    ("auto", "From Physics", "The model of the object's physics: Blender cloth springs, soft body, "
+     "or N bodies when several objects are selected"),
+    ("blender_cloth", "Cloth (Blender springs)", "Blender's cloth spring model with its settings"),
+    ("shell", "Cloth (thin shell)", "FEM membrane and discrete-shell bending (cotton)"),
+    ("soft_body", "Soft Body", "Tetrahedral FEM from the Soft Body settings"),
+    ("nbody", "N Bodies", "The selected objects are bodies under mutual gravity"),
+)
+SCHEMES = (
+    ("symplectic", "Symplectic Euler", "Residual of the symplectic scheme (paper eq. 14)"),
+    ("backward", "Backward Euler", "Residual of backward Euler (paper eq. 13)"),
+)
+INITS = (
+    ("fast_projection", "Fast Projection", "Keyframe control by fast projection (paper Algorithm 2)"),
+    ("forward", "Forward Simulation", "The forward simulation itself"),
+    ("crossfade", "Crossfade", "A crossfade of the solver's forward simulation"),
+    ("cache", "Blender Cache", "A crossfade of Blender's cached simulation"),
+)
+METHODS = (
+    ("physical", "Physical Loop", "Minimize the residual force around the loop (the paper's method)"),
+    ("crossfade", "Crossfade (baseline)", "Plain crossfade of the simulation, for comparison"),
+)
+OUTPUTS = (
+    ("SHAPE_KEYS", "Shape Keys", "Shape keys keyed to play the loop cyclically"),
+    ("ALEMBIC", "Alembic", "An .abc cache (Unreal Geometry Cache, Unity Alembic)"),
+    ("PC2", "PC2", "A .pc2 point cache read by a Mesh Cache modifier"),
+)
+
+
+class CyclicLoopSettings(bpy.types.PropertyGroup):
+    """Loop settings of one object; ``initialized`` once filled from its physics modifier."""
+
+    initialized: BoolProperty(default=False, options={"HIDDEN"})
+    method: EnumProperty(name="Method", items=METHODS, default="physical")
+    frame_start: IntProperty(name="Start", default=1, min=0, description="First frame of the loop")
+    frame_end: IntProperty(name="End", default=100, min=1, description="Last frame of the loop")
+    model: EnumProperty(name="Model", items=MODELS, default="auto")
+    pin_group: StringProperty(name="Pin Group", description="Vertex group of pinned vertices "
+                              "(empty: the physics modifier's own)")
+    colliders: PointerProperty(name="Colliders", type=bpy.types.Collection,
+                               description="Collection of collider objects (empty: the objects with a "
+                               "Collision modifier that the simulation sees)")
+    bake_missing: BoolProperty(name="Bake Missing Cache", default=False,
+                               description="Bake the physics cache first when it is not baked")
+    scheme: EnumProperty(name="Scheme", items=SCHEMES, default="symplectic")
+    substeps: IntProperty(name="Substeps", default=0, min=0, max=64,
+                          description="Solver steps per frame (0: from the physics settings)")
+    init: EnumProperty(name="Initial Guess", items=INITS, default="fast_projection")
+    hard_initial: BoolProperty(name="Hard Initial Conditions", default=True,
+                               description="Keep the first two frames exactly (off: soft penalty)")
+    soft_weight: FloatProperty(name="Softness", default=1e-3, min=1e-9, soft_max=1.0,
+                               description="Penalty epsilon of soft initial conditions (eq. 15)")
+    max_iters: IntProperty(name="Iterations", default=50, min=1, max=10000,
+                           description="Gauss-Newton iteration limit")
+    gravitational_constant: FloatProperty(name="G", default=1.0, min=0.0,
+                                          description="Gravitational constant of N bodies")
+    softening: FloatProperty(name="Softening", default=0.0, min=0.0, description="N-body softening length")
+    density: FloatProperty(name="Density", default=1000.0, min=1e-6,
+                           description="N-body density: mass = density x mesh volume")
+    output: EnumProperty(name="Output", items=OUTPUTS, default="SHAPE_KEYS")
+    filepath: StringProperty(name="File", subtype="FILE_PATH", default="//loop",
+                             description="Output file for Alembic / PC2 (extension added)")
+
+
+class CyclicLoopRun(bpy.types.PropertyGroup):
+    """Progress of the running solve and the report of the last one (scene-wide: one solve at a time)."""
+
+    running: BoolProperty(default=False)
+    phase: StringProperty(default="")
+    iteration: IntProperty(default=0)
+    loss: FloatProperty(default=0.0)
+    progress: FloatProperty(name="Progress", default=0.0, min=0.0, max=1.0, subtype="FACTOR")
+    redraws: IntProperty(default=0, description="Timer ticks that redrew the panel during the run")
+    message: StringProperty(default="")
+    has_report: BoolProperty(default=False)
+    object_name: StringProperty(default="")
+    method: StringProperty(default="")
+    init_used: StringProperty(default="")
+    fallback_reason: StringProperty(default="")
+    seam_before: FloatProperty(default=0.0)
+    seam_after: FloatProperty(default=0.0)
+    residual: FloatProperty(default=0.0)
+    seconds: FloatProperty(default=0.0)
+    iterations: IntProperty(default=0)
+
+
+def physics_modifier(obj):
+    """The object's Cloth or Soft Body modifier, or None."""
+    for mod in getattr(obj, "modifiers", ()):
+        if mod.type in {"CLOTH", "SOFT_BODY"}:
+            return mod
+    return None
+
+
+def fill_from_physics(settings, obj, scene):
+    """Defaults from the object's physics modifier: frame range of its cache, model, pin group,
+    substeps (cloth quality steps) and collider collection."""
+    settings.frame_start, settings.frame_end = scene.frame_start, scene.frame_end
+    mod = physics_modifier(obj)
+    if mod is not None:
+        cache = mod.point_cache
+        settings.frame_start, settings.frame_end = cache.frame_start, cache.frame_end
+        if mod.type == "CLOTH":
+            settings.model = "blender_cloth"
+            settings.pin_group = mod.settings.vertex_group_mass
+            settings.substeps = mod.settings.quality
+            settings.colliders = mod.collision_settings.collection
+        else:
+            settings.model = "soft_body"
+            settings.pin_group = mod.settings.vertex_group_goal
+            settings.substeps = 1
+    settings.initialized = True
+
+
+CLASSES = (CyclicLoopSettings, CyclicLoopRun)
+
+
+def register():
+    for cls in CLASSES:
+        bpy.utils.register_class(cls)
+    bpy.types.Object.cyclic_loop_settings = PointerProperty(type=CyclicLoopSettings)
+    bpy.types.Scene.cyclic_loop_run = PointerProperty(type=CyclicLoopRun)
+
+
+def unregister():
+    del bpy.types.Scene.cyclic_loop_run
+    del bpy.types.Object.cyclic_loop_settings
+    for cls in reversed(CLASSES):
+        bpy.utils.unregister_class(cls)

@@ -1,0 +1,523 @@
+"""Scene -> LoopProblem: read the cached forward simulation and the physics settings of the scene.
+
+``gather(settings)`` is the one entry point. It reads the evaluated mesh of the chosen object once per
+frame over the frame range (world space), its rest shape and topology, hard pins with their per-frame
+positions, colliders per frame, gravity and wind, and maps the Cloth / Soft Body modifier settings to a
+solver model. Several selected objects without mesh physics are N bodies. The scene is left as it was
+(the current frame is restored); only ``settings.bake_missing`` bakes an unbaked cache first.
+
+Models are in seconds. Blender's cloth and soft body integrate in frames (times their speed setting)
+with gravity scaled by 0.001; their mapped models reproduce that, converted to seconds.
+"""
+from dataclasses import dataclass, field
+
+import bpy
+import numpy as np
+
+from . import writeback
+from .errors import LoopInputError
+from .solver import sc
+
+MODELS = ("auto", "blender_cloth", "shell", "soft_body", "nbody")
+PIN_WEIGHT = 0.999      # Blender's SOFTGOALSNAP: goal weights from here on pin a vertex exactly
+BLENDER_GRAVITY_SCALE = 0.001  # Blender's cloth and soft body scale scene gravity by this
+BLENDER_WIND_SCALE = 0.02      # effector_scale of Blender's cloth face wind
+BLENDER_DRAG_SCALE = 0.01      # Blender's soft body media friction per unit velocity and setting
+CONTACT_LOAD = 100.0        # contact pushes out with this many vertex weights at the collider surface
+
+
+@dataclass
+class LoopSettings:
+    """What to loop and how. Empty ``objects`` means the selected objects; frames None mean the scene range.
+
+    ``substeps`` 0 takes them from the physics settings (Cloth quality); ``pin_group`` "" takes the
+    modifier's own pin / goal group; ``collider_collection`` "" takes the objects with a Collision
+    modifier that the simulation sees. ``soft`` > 0 makes the first two frames soft constraints.
+    """
+    objects: tuple = ()
+    frame_start: int = None
+    frame_end: int = None
+    model: str = "auto"
+    scheme: str = "symplectic"
+    init: str = "fast_projection"
+    substeps: int = 0
+    iterations: int = 50
+    tolerance: float = 1e-8
+    soft: float = 0.0
+    pin_group: str = ""
+    collider_collection: str = ""
+    bake_missing: bool = False
+    gravitational_constant: float = 1.0
+    softening: float = 0.0
+    density: float = 1000.0
+
+
+@dataclass
+class Gathered:
+    """A LoopProblem and what write-back and exports need to map the loop back onto the scene.
+
+    ``source``: the forward cache (N, n, 3) in world space on the problem's vertices (a soft body's
+    interior filled in); ``n_written``: how many leading vertices are the object's mesh vertices;
+    ``to_local``: (objects, N, 4, 4) world -> object (mesh) or parent (bodies) space per frame.
+    """
+    problem: object
+    kind: str                       # "mesh" or "bodies"
+    model_name: str
+    object_names: list
+    frames: np.ndarray
+    frame_step: int
+    source: np.ndarray
+    n_written: int
+    to_local: np.ndarray
+    edges: np.ndarray = None
+    physics_modifier: str = ""
+    notes: list = field(default_factory=list)
+
+    @property
+    def n_frames(self):
+        return len(self.frames)
+
+    @property
+    def frame_start(self):
+        return int(self.frames[0])
+
+    @property
+    def period(self):
+        """Length of the loop in scene frames."""
+        return self.n_frames * self.frame_step
+
+
+def gather(settings, context=None):
+    """Read the scene into a ``Gathered`` (``.problem`` is the LoopProblem); raise LoopInputError on bad input."""
+    context = context or bpy.context
+    scene = context.scene
+    objects = _chosen_objects(settings, context)
+    frames = _frame_range(settings, scene)
+    if settings.model not in MODELS:
+        raise LoopInputError(f"unknown model {settings.model!r}; choose one of {', '.join(MODELS)}")
+    current = scene.frame_current
+    try:
+        with writeback.showing_source(objects):
+            if len(objects) > 1 or settings.model == "nbody":
+                return _gather_bodies(objects, frames, settings, context)
+            return _gather_mesh(objects[0], frames, settings, context)
+    finally:
+        scene.frame_set(current)
+
+
+# ------------------------------------------------------------------------------------------------ choosing
+
+
+def _chosen_objects(settings, context):
+    if settings.objects:
+        missing = [name for name in settings.objects if name not in bpy.data.objects]
+        if missing:
+            raise LoopInputError(f"no object named {', '.join(map(repr, missing))} in the file")
+        return [bpy.data.objects[name] for name in settings.objects]
+    objects = list(context.selected_objects) or ([context.active_object] if context.active_object else [])
+    if not objects:
+        raise LoopInputError("nothing selected: select the simulated mesh (or several objects for N bodies)")
+    return objects
+
+
+def _frame_range(settings, scene):
+    start = scene.frame_start if settings.frame_start is None else int(settings.frame_start)
+    end = scene.frame_end if settings.frame_end is None else int(settings.frame_end)
+    frames = np.arange(start, end + 1, max(scene.frame_step, 1))
+    if len(frames) < 4:
+        raise LoopInputError(f"frames {start}..{end} give {len(frames)} loop frames; a loop needs at least 4")
+    return frames
+
+
+def _physics_modifier(obj):
+    for mod in obj.modifiers:
+        if mod.type in ("CLOTH", "SOFT_BODY"):
+            return mod
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def _mesh_arrays(mesh):
+    """Vertex positions (n, 3), polygons (list of index arrays), triangles (T, 3), edges (E, 2)."""
+    co = np.empty(len(mesh.vertices) * 3)
+    mesh.vertices.foreach_get("co", co)
+    starts = np.empty(len(mesh.polygons), np.int64)
+    mesh.polygons.foreach_get("loop_start", starts)
+    corners = np.empty(len(mesh.loops), np.int64)
+    mesh.loops.foreach_get("vertex_index", corners)
+    faces = np.split(corners, starts[1:]) if len(starts) else []
+    tris = np.empty(len(mesh.loop_triangles) * 3, np.int64)
+    mesh.loop_triangles.foreach_get("vertices", tris)
+    edges = np.empty(len(mesh.edges) * 2, np.int64)
+    mesh.edges.foreach_get("vertices", edges)
+    return co.reshape(-1, 3), faces, tris.reshape(-1, 3), edges.reshape(-1, 2)
+
+
+def _world(points, matrix):
+    return points @ matrix[:3, :3].T + matrix[:3, 3]
+
+
+def _evaluated_positions(obj, depsgraph):
+    """World-space vertex positions (n, 3) of the evaluated object and its world matrix (4, 4)."""
+    ob = obj.evaluated_get(depsgraph)
+    mesh = ob.data
+    co = np.empty(len(mesh.vertices) * 3)
+    mesh.vertices.foreach_get("co", co)
+    matrix = np.array(ob.matrix_world)
+    return _world(co.reshape(-1, 3), matrix), matrix
+
+
+def _frames_of(frames, context, read):
+    """``read(depsgraph, frame)`` at every frame, in order."""
+    out = []
+    for frame in frames:
+        context.scene.frame_set(int(frame))
+        out.append(read(context.evaluated_depsgraph_get(), int(frame)))
+    return out
+
+
+def _group_weights(obj, name):
+    """Weights (n,) of vertex group ``name`` (0 where unassigned); read once, Blender has no bulk read of them."""
+    index = obj.vertex_groups[name].index
+    weights = np.zeros(len(obj.data.vertices))
+    for v in obj.data.vertices:
+        for g in v.groups:
+            if g.group == index:
+                weights[v.index] = g.weight
+    return weights
+
+
+def _pins(obj, group, chosen, notes):
+    """Hard-pinned vertex indices from vertex group ``group`` (or none when no group is set)."""
+    if not group:
+        return np.zeros(0, np.int64)
+    where = "the pin group you chose" if chosen else "the pin group of the physics modifier"
+    if group not in obj.vertex_groups:
+        raise LoopInputError(f"{where}, {group!r}, is not a vertex group of {obj.name!r}; "
+                             f"groups: {', '.join(g.name for g in obj.vertex_groups) or 'none'}")
+    weights = _group_weights(obj, group)
+    pins = np.flatnonzero(weights >= PIN_WEIGHT)
+    if pins.size == 0:
+        raise LoopInputError(f"{where}, {group!r}, pins no vertex of {obj.name!r}: assign vertices with "
+                             f"weight 1 (weights below {PIN_WEIGHT} are soft goals, not pins)")
+    partial = np.count_nonzero((weights > 0) & (weights < PIN_WEIGHT))
+    if partial:
+        notes.append(f"{partial} vertices of pin group {group!r} have weights below 1 and are treated as free")
+    return pins
+
+
+# ------------------------------------------------------------------------------------------------ environment
+
+
+def _gravity(scene, weights):
+    """Scene gravity as the simulation feels it (m/s^2)."""
+    if not scene.use_gravity:
+        return np.zeros(3)
+    return np.array(scene.gravity) * weights.gravity
+
+
+def _winds(scene, weights, notes):
+    """Wind field objects the simulation sees (its effector collection, else the whole scene)."""
+    pool = weights.collection.all_objects if weights.collection else scene.objects
+    winds = []
+    for ob in pool:
+        if ob.field and ob.field.type == "WIND":
+            winds.append(ob)
+            if ob.field.noise or ob.field.falloff_type != "NONE" or ob.field.shape != "PLANE":
+                notes.append(f"wind {ob.name!r}: noise, falloff and shape are ignored (uniform wind)")
+        elif ob.field and ob.field.type not in ("NONE", "WIND"):
+            notes.append(f"force field {ob.name!r} ({ob.field.type.lower()}) is not modeled and is ignored")
+    return winds
+
+
+def _wind_vector(ob, depsgraph, weights):
+    ev = ob.evaluated_get(depsgraph)
+    axis = np.array(ev.matrix_world)[:3, 2]
+    return ev.field.strength * axis / np.linalg.norm(axis) * weights.wind * weights.all
+
+
+def _colliders(obj, scene, settings, own_collection):
+    """Collider objects: the chosen collection, else the simulation's collision collection or scene."""
+    if settings.collider_collection:
+        if settings.collider_collection not in bpy.data.collections:
+            raise LoopInputError(f"no collection named {settings.collider_collection!r} for the colliders")
+        pool = bpy.data.collections[settings.collider_collection].all_objects
+        chosen = [ob for ob in pool if ob is not obj]
+    else:
+        pool = own_collection.all_objects if own_collection else scene.objects
+        chosen = [ob for ob in pool if ob is not obj and any(m.type == "COLLISION" for m in ob.modifiers)]
+    for ob in chosen:
+        if ob.type != "MESH" or len(ob.data.polygons) == 0:
+            raise LoopInputError(f"collider {ob.name!r} has no faces to collide with; give it a mesh with "
+                                 "faces or remove its Collision modifier / take it out of the collection")
+    return chosen
+
+
+def _collider_thickness(ob):
+    return ob.collision.thickness_outer if ob.collision else 0.02
+
+
+def _contact_terms(colliders, collider_frames, n, mass, gravity, extra_thickness, vertices=None):
+    """MeshContact terms with stiffness LOAD * |g| * m / thickness (in the model's own units)."""
+    g = np.linalg.norm(gravity) or 9.81
+    terms = []
+    for ob, frames in zip(colliders, collider_frames):
+        verts = np.array([f[0] for f in frames])
+        tris = frames[0][1]
+        verts = verts[0] if np.ptp(verts, axis=0).max() < 1e-9 else verts
+        thickness = _collider_thickness(ob) + extra_thickness
+        stiffness = CONTACT_LOAD * g * mass / thickness
+        terms.append(sc.MeshContact(n, verts, tris, stiffness=stiffness, thickness=thickness, vertices=vertices))
+    return terms
+
+
+def _collider_frame(ob, depsgraph):
+    ev = ob.evaluated_get(depsgraph)
+    co, _, tris, _ = _mesh_arrays(ev.data)
+    return _world(co, np.array(ev.matrix_world)), tris
+
+
+# ------------------------------------------------------------------------------------------------ meshes
+
+
+def _check_cache(obj, mod, frames, bake_missing, context):
+    cache = mod.point_cache
+    lo, hi = int(frames[0]), int(frames[-1])
+    if lo < cache.frame_start or hi > cache.frame_end:
+        raise LoopInputError(f"frames {lo}..{hi} are outside the {mod.name} cache of {obj.name!r} "
+                             f"({cache.frame_start}..{cache.frame_end}); pick a range inside it")
+    if not cache.is_baked:
+        if not bake_missing:
+            raise LoopInputError(f"the {mod.name} cache of {obj.name!r} is not baked; bake it "
+                                 "(Physics > Cache > Bake, or bake.py --bake) and try again")
+        bake_cache(obj, mod, context)
+
+
+def bake_cache(obj, mod, context=None):
+    """Bake the point cache of physics modifier ``mod`` (works in background mode, unlike frame stepping)."""
+    context = context or bpy.context
+    with context.temp_override(scene=context.scene, active_object=obj, object=obj, point_cache=mod.point_cache):
+        bpy.ops.ptcache.bake(bake=True)
+    if not mod.point_cache.is_baked:
+        raise LoopInputError(f"baking the {mod.name} cache of {obj.name!r} failed")
+
+
+def _gather_mesh(obj, frames, settings, context):
+    if obj.type != "MESH":
+        raise LoopInputError(f"{obj.name!r} is a {obj.type.lower()}, not a mesh: select the simulated mesh")
+    mod = _physics_modifier(obj)
+    if mod is None:
+        raise LoopInputError(f"{obj.name!r} has no Cloth or Soft Body modifier (select several objects "
+                             "to loop them as N bodies)")
+    model = settings.model
+    if model == "auto":
+        model = "blender_cloth" if mod.type == "CLOTH" else "soft_body"
+    if (model == "soft_body") != (mod.type == "SOFT_BODY"):
+        raise LoopInputError(f"model {model!r} does not fit the {mod.type.replace('_', ' ').title()} "
+                             f"modifier of {obj.name!r}")
+    if not mod.show_viewport:
+        raise LoopInputError(f"the {mod.name} modifier of {obj.name!r} is disabled in the viewport, so the "
+                             "simulation does not play; enable it")
+    scene = context.scene
+    notes = []
+    _check_cache(obj, mod, frames, settings.bake_missing, context)
+    cloth = mod.type == "CLOTH"
+    physics = mod.settings if cloth else obj.soft_body
+    weights = physics.effector_weights
+    group = settings.pin_group or (physics.vertex_group_mass if cloth else
+                                   (physics.vertex_group_goal if physics.use_goal else ""))
+    pins = _pins(obj, group, bool(settings.pin_group), notes)
+    if not cloth and physics.use_goal and not physics.vertex_group_goal:
+        notes.append("soft body goal without a vertex group (a soft pull on every vertex) is ignored")
+    if cloth:
+        collisions = mod.collision_settings
+        colliders = _colliders(obj, scene, settings, collisions.collection) if collisions.use_collision else []
+        winds = _winds(scene, weights, notes)
+        if collisions.use_self_collision:
+            notes.append("self collision is not modeled")
+        if max(physics.tension_damping, physics.compression_damping, physics.shear_damping) > 0:
+            notes.append("spring damping (tension, compression, shear) is not modeled")
+    else:
+        colliders = _colliders(obj, scene, settings, physics.collision_collection)
+        winds = []
+        if _winds(scene, weights, []):
+            notes.append("wind is not modeled for soft bodies and is ignored")
+
+    rest_local, faces, tris, edges = _mesh_arrays(obj.data)
+    if cloth and mod.settings.rest_shape_key:
+        co = np.empty(rest_local.size)
+        mod.settings.rest_shape_key.data.foreach_get("co", co)
+        rest_local = co.reshape(-1, 3)
+    n = len(rest_local)
+
+    def read(depsgraph, frame):
+        x, matrix = _evaluated_positions(obj, depsgraph)
+        if len(x) != n:
+            raise LoopInputError(f"{obj.name!r} has {len(x)} vertices at frame {frame} but its mesh has {n}: "
+                                 "the topology changes over the range (a modifier after the physics "
+                                 "modifier adds or removes vertices?)")
+        return (x, matrix, [_collider_frame(ob, depsgraph) for ob in colliders],
+                [_wind_vector(ob, depsgraph, weights) for ob in winds])
+
+    per_frame = _frames_of(frames, context, read)
+    source = np.array([p[0] for p in per_frame])
+    matrices = np.array([p[1] for p in per_frame])
+    collider_frames = [[p[2][i] for p in per_frame] for i in range(len(colliders))]
+    for ob, frames_of_ob in zip(colliders, collider_frames):
+        if len({(len(x), len(t)) for x, t in frames_of_ob}) > 1:
+            raise LoopInputError(f"collider {ob.name!r} changes topology over the range")
+    wind = np.array([np.sum(p[3], axis=0) for p in per_frame]) if winds else None
+    rest = _world(rest_local, matrices[0])
+    step = max(scene.frame_step, 1)
+
+    if model == "soft_body":
+        (dt, substeps, built), source = _soft_body(obj, physics, rest, tris, edges, source, scene, weights,
+                                                   colliders, collider_frames, step)
+    else:
+        dt, substeps, built = _cloth(model, physics, rest, faces, tris, scene, weights, colliders,
+                                     collider_frames, mod.collision_settings.distance_min, wind, step)
+    problem = _problem(built, source, dt, int(settings.substeps) or substeps, pins, settings)
+    _check_periodic_transform(obj, matrices, frames, step, context, notes)
+    return Gathered(problem=problem, kind="mesh", model_name=model, object_names=[obj.name], frames=frames,
+                    frame_step=step, source=source, n_written=n,
+                    to_local=np.linalg.inv(matrices)[None], edges=edges, physics_modifier=mod.name, notes=notes)
+
+
+def _cloth(model, s, rest, faces, tris, scene, weights, colliders, collider_frames, distance, wind, step):
+    """(dt of one frame step, substeps, model) for Blender's cloth springs or the thin-shell cloth.
+
+    Blender's cloth runs in its own time unit (one frame per Speed Multiplier); its forces, gravity
+    (0.001 x scene gravity) and face wind (0.02 x area x pressure) are turned into seconds by
+    ``sc.blender_cloth_problem_parts``' factor fps^2.
+    """
+    n = len(rest)
+    fps = scene.render.fps / scene.render.fps_base
+    gravity = _gravity(scene, weights)
+    if model == "blender_cloth":
+        physics = {key: getattr(s, key) for key in sc.CLOTH_SETTINGS_DEFAULTS}
+        built, dt, substeps = sc.blender_cloth_problem_parts(rest, faces, physics, fps, step, gravity)
+        gravity = BLENDER_GRAVITY_SCALE * fps ** 2 * gravity
+        coefficient = BLENDER_WIND_SCALE * fps ** 2
+    else:
+        built = sc.Cloth.cotton(rest, tris)
+        built = built.add(sc.Gravity(built.mass, gravity))
+        dt, substeps, coefficient = step / fps, step * max(int(s.quality), 1), 1.0
+    terms = []
+    if wind is not None:
+        terms.append(sc.Wind(n, tris, wind[0] if np.ptp(wind, axis=0).max() < 1e-12 else wind, coefficient))
+    terms += _contact_terms(colliders, collider_frames, n, built.mass, gravity, distance)
+    return dt, substeps, built.add(*terms)
+
+
+def _soft_body(obj, sb, rest, tris, edges, source, scene, weights, colliders, collider_frames, step):
+    """((dt, substeps, model), source on the tet mesh) for a Soft Body modifier.
+
+    Blender's soft body is a spring network on the mesh edges with force ``iks * strain``,
+    ``iks = 1 / (1 - pull) - 1``; an isotropic central-force network of total edge length L in a
+    volume V has Young's modulus ``iks * L / (6 V)`` and Poisson's ratio 1/4. Like cloth it runs in
+    frames (times its Speed) with 0.001 x gravity and drag 0.01 x Friction, turned into seconds here.
+    """
+    try:
+        sc.tetmesh.check_closed_manifold(rest, tris)
+    except ValueError as exc:
+        raise LoopInputError(f"{obj.name!r} is not a closed surface, so it has no volume for a soft body "
+                             f"model ({exc}); close the mesh or use cloth") from exc
+    fps = scene.render.fps / scene.render.fps_base
+    tet_verts, tets = sc.tetmesh.tetrahedralize(rest, tris)
+    n_surface = len(rest)
+    volume = abs(sc.tetmesh.enclosed_volume(rest, tris))
+    stiffness = 0.5 * (sb.pull + sb.push)
+    iks = 1.0 / (1.0 - min(stiffness, 0.999)) - 1.0
+    length = np.linalg.norm(rest[edges[:, 0]] - rest[edges[:, 1]], axis=1).sum()
+    damping = np.zeros(len(tet_verts))
+    damping[:n_surface] = BLENDER_DRAG_SCALE * fps * sb.friction
+    built = sc.SoftBody(tet_verts, tets, density=sb.mass * n_surface / volume,
+                        youngs_modulus=fps ** 2 * max(iks, 1e-6) * length / (6.0 * volume), poisson_ratio=0.25,
+                        damping=damping)
+    gravity = BLENDER_GRAVITY_SCALE * fps ** 2 * _gravity(scene, weights)
+    terms = [sc.Gravity(built.mass, gravity)]
+    terms += _contact_terms(colliders, collider_frames, len(tet_verts), built.mass, gravity, 0.0,
+                            vertices=np.arange(n_surface))
+    filled = sc.tetmesh.fill_interior(tet_verts, tets, n_surface, source)
+    return (step * sb.speed / fps, 1, built.add(*terms)), filled
+
+
+def _problem(model, source, dt, substeps, pins, settings):
+    try:
+        return sc.LoopProblem(model, n_frames=len(source), dt=dt, r0=source[0], r1=source[1],
+                              scheme=settings.scheme, eps0=settings.soft, eps1=settings.soft,
+                              pins=pins, pin_positions=source[:, pins], substeps=substeps)
+    except ValueError as exc:
+        raise LoopInputError(f"the loop problem is invalid: {exc}") from exc
+
+
+def _check_periodic_transform(obj, matrices, frames, step, context, notes):
+    """Note when the object's own transform does not repeat after one period (the loop would jump)."""
+    context.scene.frame_set(int(frames[-1]) + step)
+    after = np.array(obj.evaluated_get(context.evaluated_depsgraph_get()).matrix_world)
+    if np.abs(after - matrices[0]).max() > 1e-4 * max(1.0, np.abs(matrices[0]).max()):
+        notes.append(f"the transform of {obj.name!r} at frame {int(frames[-1]) + step} differs from frame "
+                     f"{int(frames[0])}: make its animation repeat every {len(frames) * step} frames")
+
+
+# ------------------------------------------------------------------------------------------------ N bodies
+
+
+def _body_mass(ob, density):
+    if "mass" in ob:
+        mass = float(ob["mass"])
+        if not mass > 0:
+            raise LoopInputError(f"body {ob.name!r} has mass {mass}; the 'mass' property must be positive")
+        return mass
+    if ob.type != "MESH":
+        raise LoopInputError(f"body {ob.name!r} has no 'mass' custom property and no mesh to take a volume from")
+    co, _, tris, _ = _mesh_arrays(ob.data)
+    volume = abs(np.sum(np.einsum("ti,ti->t", co[tris[:, 0]], np.cross(co[tris[:, 1]], co[tris[:, 2]])))) / 6.0
+    volume *= abs(np.linalg.det(np.array(ob.matrix_world)[:3, :3]))
+    if not volume > 0:
+        raise LoopInputError(f"body {ob.name!r} has no 'mass' custom property and encloses no volume")
+    return density * volume
+
+
+def _check_animated(ob, frames):
+    action = ob.animation_data.action if ob.animation_data else None
+    if action is None:
+        raise LoopInputError(f"body {ob.name!r} is not animated: bake or keyframe its motion first")
+    lo, hi = action.frame_range
+    if frames[0] < lo or frames[-1] > hi:
+        raise LoopInputError(f"frames {int(frames[0])}..{int(frames[-1])} are outside the animation of "
+                             f"{ob.name!r} ({lo:g}..{hi:g}); pick a range inside it")
+
+
+def _parent_matrix(ev):
+    if ev.parent is None:
+        return np.eye(4)
+    return np.array(ev.parent.matrix_world) @ np.array(ev.matrix_parent_inverse)
+
+
+def _gather_bodies(objects, frames, settings, context):
+    for ob in objects:
+        if _physics_modifier(ob) is not None:
+            raise LoopInputError(f"{ob.name!r} has mesh physics: select one simulated mesh, or several "
+                                 "objects without Cloth / Soft Body for N bodies")
+        _check_animated(ob, frames)
+    masses = np.array([_body_mass(ob, settings.density) for ob in objects])
+    scene = context.scene
+
+    def read(depsgraph, frame):
+        evs = [ob.evaluated_get(depsgraph) for ob in objects]
+        return np.array([np.array(ev.matrix_world)[:3, 3] for ev in evs]), np.array([_parent_matrix(ev) for ev in evs])
+
+    per_frame = _frames_of(frames, context, read)
+    source = np.array([p[0] for p in per_frame])
+    parents = np.array([p[1] for p in per_frame])            # (N, bodies, 4, 4)
+    step = max(scene.frame_step, 1)
+    dt = step * scene.render.fps_base / scene.render.fps
+    model = sc.NBody(masses, G=settings.gravitational_constant, softening=settings.softening)
+    problem = _problem(model, source, dt, int(settings.substeps) or 1, np.zeros(0, np.int64), settings)
+    return Gathered(problem=problem, kind="bodies", model_name="nbody", object_names=[ob.name for ob in objects],
+                    frames=frames, frame_step=step, source=source, n_written=len(objects),
+                    to_local=np.linalg.inv(parents).transpose(1, 0, 2, 3))
+

@@ -1,0 +1,331 @@
+"""The Blender pipeline on real Blender data (bpy wheel, no mocks): gather, write back, export, headless bake."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+bpy = pytest.importorskip("bpy")
+import bmesh  # noqa: E402
+
+from blender_helpers import (ROOT, SAMPLES, evaluated_local, evaluated_locations, open_sample,  # noqa: E402
+                             sample_path, settings, sha256)
+from cyclic_loop_addon import bake, export, scene_io, writeback  # noqa: E402
+from cyclic_loop_addon.errors import LoopInputError, LoopSolveError  # noqa: E402
+from cyclic_loop_addon.solver import sc  # noqa: E402
+
+
+def _loop_of(gathered, shift=0.0):
+    """A seamless loop on the gathered problem: the crossfaded cache (plus a shift to tell runs apart)."""
+    return sc.crossfade_loop(gathered.source) + shift
+
+
+# ------------------------------------------------------------------------------------------------ gathering
+
+
+@pytest.mark.parametrize("name", list(SAMPLES))
+def test_gather_reads_each_sample(name):
+    open_sample(name)
+    s = settings(name)
+    g = scene_io.gather(s)
+    prob = g.problem
+    n_frames = s.frame_end - s.frame_start + 1
+    assert prob.n_frames == g.n_frames == n_frames and g.source.shape == (n_frames, prob.n_vertices, 3)
+    np.testing.assert_allclose(prob.r0, g.source[0])
+    np.testing.assert_allclose(prob.r1, g.source[1])
+    np.testing.assert_allclose(prob.pin_positions, g.source[:, prob.pins])
+    assert np.isfinite(sc.loss(prob, prob.steps_of(g.source)))
+    assert bpy.context.scene.frame_current == 1  # the scene's frame is restored
+    terms = {type(t).__name__ for t in prob.model.terms}
+    if name == "planets":
+        assert g.kind == "bodies" and prob.n_vertices == 3
+        np.testing.assert_allclose(prob.model.mass, [80.0, 1.0, 0.5])
+        np.testing.assert_allclose(prob.dt, 1 / 24)
+        np.testing.assert_allclose(g.source[0], evaluated_locations([bpy.data.objects[n] for n in SAMPLES[name]],
+                                                                    s.frame_start), atol=1e-6)
+        return
+    obj = bpy.data.objects[SAMPLES[name][0]]
+    assert g.kind == "mesh" and g.n_written == len(obj.data.vertices)
+    local = evaluated_local(obj, s.frame_start + 3)
+    np.testing.assert_allclose(writeback.local_loop(g, g.source)[3], local, atol=1e-5)
+    expected = {"flag": {"Wind", "Gravity", "BlenderSpringTerm"}, "swing": {"Gravity", "BlenderSpringTerm"},
+                "softbody": {"ElasticTetTerm", "MeshContact", "Gravity"}, "ribbons": {"BlenderSpringTerm"}}[name]
+    assert expected <= terms
+    pins = {"flag": 7, "swing": 2, "softbody": 0, "ribbons": 4}[name]
+    assert len(prob.pins) == pins
+    if name == "softbody":
+        assert prob.n_vertices > g.n_written      # interior tet vertices follow the surface
+    else:
+        assert prob.substeps == obj.modifiers["Cloth"].settings.quality
+        np.testing.assert_allclose(prob.model.mass, obj.modifiers["Cloth"].settings.mass)
+    if name == "ribbons":                         # pins ride the circling handle, which repeats every 24 frames
+        assert np.ptp(prob.pin_positions[:, :, 0]) > 0.5
+        assert not any("transform" in note for note in g.notes)
+
+
+def test_thin_shell_model_on_a_cloth_object_runs_in_seconds():
+    open_sample("swing")
+    g = scene_io.gather(settings("swing", model="shell"))
+    assert g.model_name == "shell" and "MembraneTerm" in {type(t).__name__ for t in g.problem.model.terms}
+    np.testing.assert_allclose(g.problem.dt, 1 / 24)
+    assert np.isfinite(sc.loss(g.problem, g.problem.steps_of(g.source)))
+
+
+# ------------------------------------------------------------------------------------------------ write-back
+
+
+def test_shape_keys_play_as_a_loop_forever():
+    open_sample("flag")
+    g = scene_io.gather(settings("flag"))
+    obj = bpy.data.objects["Flag"]
+    q = _loop_of(g)
+    writeback.write_back(g, q)
+    local = writeback.local_loop(g, q)
+    a, n = g.frame_start, g.n_frames
+    assert not obj.modifiers["Cloth"].show_viewport and not obj.modifiers["Cloth"].show_render
+    assert len(writeback._loop_keys(obj)) == n
+    for j in (0, 1, n // 2, n - 1):
+        np.testing.assert_allclose(evaluated_local(obj, a + j), local[j], atol=1e-5)
+    for frame in (a, a + 5):
+        here = evaluated_local(obj, frame)
+        for k in (-2, -1, 1, 3):
+            np.testing.assert_allclose(evaluated_local(obj, frame + k * n), here, atol=1e-6)
+
+
+def test_running_twice_replaces_the_loop_and_reads_the_simulation_again():
+    open_sample("ribbons")
+    s = settings("ribbons")
+    first = scene_io.gather(s)
+    writeback.write_back(first, _loop_of(first))
+    second = scene_io.gather(s)
+    np.testing.assert_allclose(second.source, first.source)   # the cache, not the written loop
+    q = _loop_of(second, shift=0.25)
+    writeback.write_back(second, q)
+    obj = bpy.data.objects["Ribbons"]
+    keys = obj.data.shape_keys
+    assert len(writeback._loop_keys(obj)) == second.n_frames
+    assert len(keys.key_blocks) == second.n_frames + 1         # Basis + one key per loop frame
+    fcurves = writeback._fcurves(keys, "")
+    assert len(fcurves) == second.n_frames
+    assert all(len(fc.keyframe_points) == second.n_frames + 1 for fc in fcurves)
+    np.testing.assert_allclose(evaluated_local(obj, second.frame_start + 2), writeback.local_loop(second, q)[2], atol=1e-5)
+    assert obj[writeback.MARKER]["created_basis"]
+    assert writeback.remove_loop(obj)
+    assert obj.data.shape_keys is None and obj.modifiers["Cloth"].show_viewport
+    np.testing.assert_allclose(evaluated_local(obj, second.frame_start + 2), writeback.local_loop(second, second.source)[2],
+                               atol=1e-5)
+
+
+def test_bodies_get_cyclic_location_keys_and_can_be_restored():
+    open_sample("planets")
+    g = scene_io.gather(settings("planets", frame_start=1, frame_end=48))
+    objects = [bpy.data.objects[n] for n in SAMPLES["planets"]]
+    source_action = objects[1].animation_data.action
+    simulated = evaluated_locations(objects, 60)
+    q = _loop_of(g)
+    writeback.write_back(g, q)
+    for frame in (1, 7, 48):
+        np.testing.assert_allclose(evaluated_locations(objects, frame), q[frame - 1], atol=1e-5)
+        np.testing.assert_allclose(evaluated_locations(objects, frame + 48), q[frame - 1], atol=1e-5)
+        np.testing.assert_allclose(evaluated_locations(objects, frame - 96), q[frame - 1], atol=1e-5)
+    again = scene_io.gather(settings("planets", frame_start=1, frame_end=48))
+    np.testing.assert_allclose(again.source, g.source)
+    for ob in objects:
+        writeback.remove_loop(ob)
+    assert objects[1].animation_data.action == source_action
+    np.testing.assert_allclose(evaluated_locations(objects, 60), simulated)
+
+
+# ------------------------------------------------------------------------------------------------ exports
+
+
+def test_alembic_round_trip_through_blenders_importer(tmp_path):
+    open_sample("swing")
+    g = scene_io.gather(settings("swing"))
+    q = _loop_of(g)
+    path = str(tmp_path / "swing.abc")
+    names = set(bpy.data.objects.keys())
+    export.export_alembic(g, q, path)
+    assert set(bpy.data.objects.keys()) == names and os.path.getsize(path) > 0
+    assert [p for p in os.listdir(tmp_path) if "partial" in p] == []
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    bpy.ops.wm.alembic_import(filepath=path, as_background_job=False)
+    scene = bpy.context.scene
+    (obj,) = bpy.data.objects
+    assert obj.name == "Sheet_loop"
+    assert scene.frame_end - scene.frame_start + 1 == g.n_frames
+    assert (scene.frame_start, scene.frame_end) == (g.frame_start, g.frame_start + g.n_frames - 1)
+    for j in (0, 5, g.n_frames - 1):
+        x = evaluated_local(obj, g.frame_start + j)
+        assert x.shape == (g.n_written, 3)
+        np.testing.assert_allclose(x, q[j], atol=1e-5)
+
+
+def test_pc2_reads_back_and_plays_as_a_loop(tmp_path):
+    open_sample("flag")
+    g = scene_io.gather(settings("flag"))
+    q = _loop_of(g)
+    path = str(tmp_path / "flag.pc2")
+    export.export_pc2(g, q, path, attach=True)
+    points, start, rate = export.read_pc2(path)
+    local = writeback.local_loop(g, q)
+    assert points.shape == local.shape and (start, rate) == (0.0, 1.0)
+    np.testing.assert_allclose(points, local, atol=1e-6)
+    obj = bpy.data.objects["Flag"]
+    assert not obj.modifiers["Cloth"].show_viewport
+    assert list(obj.modifiers).index(obj.modifiers[writeback.CACHE_MODIFIER]) == 0
+    for j in (0, 3, g.n_frames - 1):
+        np.testing.assert_allclose(evaluated_local(obj, g.frame_start + j), local[j], atol=1e-5)
+        np.testing.assert_allclose(evaluated_local(obj, g.frame_start + j + g.n_frames), local[j], atol=1e-5)
+    with pytest.raises(ValueError, match="PC2"):
+        export.read_pc2(sample_path("flag"))
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+def _no_selection():
+    for ob in bpy.context.view_layer.objects:
+        ob.select_set(False)
+    bpy.context.view_layer.objects.active = None
+
+
+def _animated_subdivision():
+    obj = bpy.data.objects["Flag"]
+    mod = obj.modifiers.new("Subdivision", "SUBSURF")
+    mod.levels = 0
+    mod.keyframe_insert("levels", frame=55)
+    mod.levels = 1
+    mod.keyframe_insert("levels", frame=60)
+
+
+def _free_bake():
+    obj = bpy.data.objects["Flag"]
+    with bpy.context.temp_override(scene=bpy.context.scene, active_object=obj, object=obj,
+                                   point_cache=obj.modifiers["Cloth"].point_cache):
+        bpy.ops.ptcache.free_bake()
+
+
+def _faceless_collider():
+    mesh = bpy.data.meshes.new("Dots")
+    mesh.from_pydata([(0.0, 0.0, 0.0), (1.0, 0.0, 0.0)], [], [])
+    dots = bpy.data.objects.new("Dots", mesh)
+    bpy.context.scene.collection.objects.link(dots)
+    dots.modifiers.new("Collision", "COLLISION")
+
+
+def _open_ball():
+    mesh = bpy.data.objects["Ball"].data
+    bm = bmesh.new()
+    bm.from_mesh(mesh)
+    bmesh.ops.delete(bm, geom=list(bm.faces)[:1], context="FACES_ONLY")
+    bm.to_mesh(mesh)
+    bm.free()
+
+
+BAD_INPUTS = [
+    ("flag", _no_selection, dict(objects=()), "nothing selected"),
+    ("flag", None, dict(objects=("Wind",)), "not a mesh"),
+    ("flag", None, dict(objects=("Post",)), "no Cloth or Soft Body"),
+    ("flag", _animated_subdivision, {}, "topology changes"),
+    ("flag", None, dict(frame_start=49, frame_end=51), "at least 4"),
+    ("flag", None, dict(model="soft_body"), "does not fit"),
+    ("flag", None, dict(frame_start=60, frame_end=80), "outside the Cloth cache"),
+    ("flag", _free_bake, {}, "not baked"),
+    ("flag", lambda: setattr(bpy.data.objects["Flag"].modifiers["Cloth"], "show_viewport", False), {},
+     "disabled in the viewport"),
+    ("flag", None, dict(pin_group="Handle"), "is not a vertex group"),
+    ("flag", lambda: bpy.data.objects["Flag"].vertex_groups.new(name="Empty"), dict(pin_group="Empty"), "pins no vertex"),
+    ("softbody", _faceless_collider, {}, "no faces"),
+    ("softbody", _open_ball, {}, "not a closed surface"),
+    ("planets", None, dict(frame_start=90, frame_end=120), "outside the animation"),
+]
+
+
+@pytest.mark.parametrize("name, mutate, overrides, message", BAD_INPUTS,
+                         ids=[case[3].replace(" ", "_") for case in BAD_INPUTS])
+def test_bad_input_is_refused_clearly_and_leaves_the_file_alone(tmp_path, name, mutate, overrides, message):
+    path = open_sample(name, tmp_path)
+    before = sha256(path)
+    if mutate:
+        mutate()
+    with pytest.raises(LoopInputError, match=message):
+        scene_io.gather(settings(name, **overrides))
+    assert sha256(path) == before
+    assert all(writeback.MARKER not in ob for ob in bpy.data.objects)
+
+
+def test_unbaked_cache_can_be_baked_on_request():
+    open_sample("flag")
+    _free_bake()
+    g = scene_io.gather(settings("flag", bake_missing=True))
+    assert bpy.data.objects["Flag"].modifiers["Cloth"].point_cache.is_baked and g.n_frames == 24
+
+
+def test_a_diverged_loop_writes_nothing(tmp_path):
+    path = open_sample("flag", tmp_path)
+    before = sha256(path)
+    g = scene_io.gather(settings("flag"))
+    q = _loop_of(g)
+    q[3, 5] = np.nan
+    with pytest.raises(LoopSolveError, match="diverged"):
+        writeback.write_back(g, q)
+    with pytest.raises(LoopSolveError, match="diverged"):
+        export.export_pc2(g, q, str(tmp_path / "x.pc2"))
+    obj = bpy.data.objects["Flag"]
+    assert obj.data.shape_keys is None and obj.modifiers["Cloth"].show_viewport
+    assert os.listdir(tmp_path) == ["flag.blend"] and sha256(path) == before
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--output", "/nonexistent-folder/out.blend"], "does not exist"),
+    (["--output", "{input}"], "is the input file"),
+    ([], "nothing to write"),
+    (["--output", "{tmp}/out.blend", "--object", "Nope"], "no object named"),
+])
+def test_bake_command_refuses_bad_input_in_process(tmp_path, capsys, extra, message):
+    path = open_sample("flag", tmp_path)
+    before = sha256(path)
+    extra = [e.format(input=path, tmp=tmp_path) for e in extra]
+    argv = ["bake.py", path, "--", "--object", "Flag", "--frames", "49", "72", *extra]
+    assert bake.main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert sha256(path) == before and sorted(os.listdir(tmp_path)) == ["flag.blend"]
+
+
+# ------------------------------------------------------------------------------------------------ headless
+
+
+def test_headless_bake_end_to_end(tmp_path):
+    """python bake.py scene.blend -- ...: gathers, solves, writes the .blend, .abc, .pc2, preview and report."""
+    src = sample_path("ribbons")
+    before = sha256(src)
+    out = {ext: str(tmp_path / f"ribbons_loop.{ext}") for ext in ("blend", "abc", "pc2", "png", "json")}
+    cmd = [sys.executable, os.path.join(ROOT, "cyclic_loop_addon", "bake.py"), src, "--",
+           "--object", "Ribbons", "--frames", "25", "48", "--substeps", "1", "--iterations", "3", "--init", "cache",
+           "--output", out["blend"], "--abc", out["abc"], "--pc2", out["pc2"], "--preview", out["png"],
+           "--json", out["json"]]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=str(tmp_path))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "gauss_newton iteration 1" in run.stdout and "source cache" in run.stdout and "init: cache" in run.stdout
+    assert all(os.path.getsize(p) > 0 for p in out.values())
+    assert sha256(src) == before
+    rep = json.load(open(out["json"]))
+    assert rep["n_frames"] == 24 and rep["gauss_newton_iterations"] >= 1
+    assert all(np.isfinite(rep[row][key]) for row in ("source", "loop") for key in ("position_jump", "velocity_jump",
+                                                                                  "residual_rel_mean"))
+    points, _, _ = export.read_pc2(out["pc2"])
+    assert points.shape == (24, 32, 3)
+
+    bpy.ops.wm.open_mainfile(filepath=out["blend"])
+    obj = bpy.data.objects["Ribbons"]
+    assert not obj.modifiers["Cloth"].show_viewport and len(writeback._loop_keys(obj)) == 24
+    assert obj.modifiers[writeback.CACHE_MODIFIER].filepath == "//ribbons_loop.pc2"
+    for frame in (25, 30):
+        np.testing.assert_allclose(evaluated_local(obj, frame + 24), evaluated_local(obj, frame), atol=1e-6)
+
+    bad = subprocess.run(cmd[:3] + ["--", "--object", "Ribbons", "--frames", "1", "2", "--abc", out["abc"]],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "at least 4" in bad.stderr
