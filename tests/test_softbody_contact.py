@@ -6,6 +6,7 @@ from derivatives import assert_jacobian_matches
 from solver_core import tetmesh
 from solver_core.models.contact import FloorContact, MeshContact, SphereContact, penalty
 from solver_core.models.softbody import LAWS, ElasticTetTerm, SoftBody, lame_parameters
+from solver_core.scenes import meshes
 
 # Three positively oriented tets sharing faces.
 TET_REST = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1], [1.2, -0.3, 0.9]])
@@ -18,14 +19,7 @@ BOX_F = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 
 
 def torus(nu=20, nv=14, major=1.0, minor=0.4):
     """Closed torus surface with nu * nv vertices and outward-facing triangles."""
-    u, v = np.meshgrid(2 * np.pi * np.arange(nu) / nu, 2 * np.pi * np.arange(nv) / nv, indexing="ij")
-    x = np.stack([(major + minor * np.cos(v)) * np.cos(u), (major + minor * np.cos(v)) * np.sin(u),
-                  minor * np.sin(v)], axis=-1).reshape(-1, 3)
-    i, j = np.meshgrid(np.arange(nu), np.arange(nv), indexing="ij")
-    a, b = i * nv + j, (i + 1) % nu * nv + j
-    c, d = (i + 1) % nu * nv + (j + 1) % nv, i * nv + (j + 1) % nv
-    tris = np.concatenate([np.stack([a, b, c], -1).reshape(-1, 3), np.stack([a, c, d], -1).reshape(-1, 3)])
-    return x, tris
+    return meshes.torus(major, minor, nu, nv)
 
 
 def box_bar(nx=6, ny=2, nz=2, size=(3.0, 1.0, 1.0)):

@@ -23,6 +23,7 @@ from ..models.softbody import SoftBody
 from ..problem import LoopProblem
 from ..residual import loss
 from ..tetmesh import tetrahedralize
+from .meshes import torus
 
 
 def cloth_grid(nx, ny, spacing):
@@ -61,21 +62,10 @@ def swing_problem(nx=11, ny=11, n_frames=200, dt=0.01, spacing=0.1):
     return LoopProblem(model, n_frames, dt, flat, flat, scheme="backward", pins=np.array([0, (nx - 1) * ny]))
 
 
-def torus_surface(nu, nv, major, minor):
-    """Closed torus surface (nu * nv vertices) with outward-facing triangles."""
-    u, v = np.meshgrid(2 * np.pi * np.arange(nu) / nu, 2 * np.pi * np.arange(nv) / nv, indexing="ij")
-    x = np.stack([(major + minor * np.cos(v)) * np.cos(u), (major + minor * np.cos(v)) * np.sin(u),
-                  minor * np.sin(v)], axis=-1).reshape(-1, 3)
-    i, j = np.meshgrid(np.arange(nu), np.arange(nv), indexing="ij")
-    a, b = i * nv + j, (i + 1) % nu * nv + j
-    c, d = (i + 1) % nu * nv + (j + 1) % nv, i * nv + (j + 1) % nv
-    return x, np.concatenate([np.stack([a, b, c], -1).reshape(-1, 3), np.stack([a, c, d], -1).reshape(-1, 3)])
-
-
 def doughnut_problem(n_frames=60, dt=0.01, nu=24, nv=10, spacing=0.045):
     """Bouncing doughnut (paper Fig. 8): a rubber torus thrown down onto a floor (penalty contact),
     no pins, soft initial conditions on neither frame (hard r0, r1)."""
-    surface, tris = torus_surface(nu, nv, 0.15, 0.06)
+    surface, tris = torus(0.15, 0.06, nu, nv)
     rest, tets = tetrahedralize(surface, tris, spacing=spacing)
     rest = rest + np.array([0.0, 0.0, 0.12])
     body = SoftBody(rest, tets, density=1100.0, youngs_modulus=2e5, poisson_ratio=0.4)
