@@ -19,11 +19,6 @@ OUTPUT_EXTENSIONS = {"ALEMBIC": ".abc", "PC2": ".pc2"}
 _job = None     # the running SolveJob: one solve at a time
 
 
-def running_job():
-    """The SolveJob in progress, or None."""
-    return _job
-
-
 def loop_settings(obj, settings, context):
     """scene_io.LoopSettings for ``obj`` from its panel settings (N bodies: the selected objects)."""
     if settings.model == "nbody":
@@ -98,7 +93,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             _job.cancel()
             context.scene.cyclic_loop_run.message = "Cancelling..."
             return {"RUNNING_MODAL"}
-        if event.type == "TIMER" and event.timer is self._timer:
+        if event.type == "TIMER":
             self._sync(context)
             if _job.done:
                 context.window_manager.event_timer_remove(self._timer)

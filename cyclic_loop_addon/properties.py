@@ -53,7 +53,7 @@ class CyclicLoopSettings(bpy.types.PropertyGroup):
     init: EnumProperty(name="Initial Guess", items=INITS, default="fast_projection")
     hard_initial: BoolProperty(name="Hard Initial Conditions", default=True,
                                description="Keep the first two frames exactly (off: soft penalty)")
-    soft_weight: FloatProperty(name="Softness", default=1e-3, min=1e-9, soft_max=1.0,
+    soft_weight: FloatProperty(name="Softness", default=1e-3, min=1e-9, soft_max=1.0, precision=6,
                                description="Penalty epsilon of soft initial conditions (eq. 15)")
     max_iters: IntProperty(name="Iterations", default=50, min=1, max=10000,
                            description="Gauss-Newton iteration limit")

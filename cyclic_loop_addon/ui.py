@@ -1,4 +1,6 @@
 """The "Loop" tab of the 3D viewport sidebar."""
+import textwrap
+
 import bpy
 
 from . import operators
@@ -10,13 +12,22 @@ METHOD_NAMES = {"physical": "Physical loop", "crossfade": "Crossfade (baseline)"
 
 def _progress_bar(layout, run):
     """A progress bar (``layout.progress`` from Blender 4.0; a read-only slider before)."""
-    text = f"{PHASES.get(run.phase, run.phase)}  {int(run.progress * 100)}%"
+    phase = PHASES.get(run.phase, run.phase)
     if hasattr(layout, "progress"):
-        layout.progress(factor=run.progress, type="BAR", text=text)
+        layout.progress(factor=run.progress, type="BAR", text=f"{phase} {run.progress:.0%}")
     else:
         row = layout.row()
         row.enabled = False
-        row.prop(run, "progress", text=text, slider=True)
+        row.prop(run, "progress", text=phase, slider=True)
+
+
+def _wrapped_label(layout, context, text, icon="NONE"):
+    """``text`` as as many labels as the sidebar's width needs."""
+    scale = context.preferences.system.ui_scale
+    chars = max(int((context.region.width - 50 * scale) / (6.5 * scale)), 16)
+    col = layout.column(align=True)
+    for i, line in enumerate(textwrap.wrap(text, chars)):
+        col.label(text=line, icon=icon if i == 0 else "NONE")
 
 
 def _draw_running(layout, run):
@@ -58,16 +69,17 @@ def _draw_settings(layout, obj, settings):
     layout.operator(operators.CYCLICLOOP_OT_physics_defaults.bl_idname, icon="PHYSICS")
 
 
-def _draw_report(layout, run):
+def _draw_report(layout, context, run):
     box = layout.box()
-    box.label(text=f"Last run: {METHOD_NAMES.get(run.method, run.method)} on {run.object_name}", icon="INFO")
+    box.label(text="Last run", icon="INFO")
     col = box.column(align=True)
+    col.label(text=f"{METHOD_NAMES.get(run.method, run.method)} on {run.object_name}")
     col.label(text=f"Seam jump: {run.seam_before:.3g} -> {run.seam_after:.3g}")
     col.label(text=f"Residual: {run.residual:.3g}")
     col.label(text=f"Time: {run.seconds:.2f} s, {run.iterations} iterations")
     col.label(text=f"Initial guess: {run.init_used}")
     if run.fallback_reason:
-        col.label(text=f"Fell back: {run.fallback_reason}", icon="ERROR")
+        _wrapped_label(box, context, f"Fell back: {run.fallback_reason}", icon="ERROR")
     box.operator(operators.CYCLICLOOP_OT_restore.bl_idname, icon="LOOP_BACK")
 
 
@@ -90,15 +102,19 @@ class VIEW3D_PT_cyclic_loop(bpy.types.Panel):
             row.scale_y = 2.0
             row.operator(operators.CYCLICLOOP_OT_make_loop.bl_idname, icon="FILE_REFRESH")
         if run.message:
-            layout.label(text=run.message)
+            _wrapped_label(layout, context, run.message)
         if obj is None or obj.type != "MESH":
             layout.label(text="Select a simulated mesh", icon="ERROR")
         else:
+            settings = obj.cyclic_loop_settings
+            if not settings.initialized:
+                _wrapped_label(layout, context, "Make Loop first reads the defaults from the physics modifier",
+                               icon="PHYSICS")
             settings_box = layout.column()
             settings_box.enabled = not run.running
-            _draw_settings(settings_box, obj, obj.cyclic_loop_settings)
+            _draw_settings(settings_box, obj, settings)
         if run.has_report and not run.running:
-            _draw_report(layout, run)
+            _draw_report(layout, context, run)
 
 
 CLASSES = (VIEW3D_PT_cyclic_loop,)

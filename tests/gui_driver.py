@@ -1,0 +1,185 @@
+"""Drives a real Blender window (run by test_gui_xvfb.py under Xvfb):
+
+    blender --enable-event-simulate SAMPLE.blend --python tests/gui_driver.py -- ADDON_ZIP SHOT_DIR RESULT_JSON
+
+Installs the legacy add-on zip, opens the Loop tab (clicks on the sidebar's tabs), clicks
+Make Loop, presses Esc once the progress bar moves (cancel), clicks Make Loop again and lets it finish,
+saving screenshots during and after the run. Every step runs from a timer, so the window keeps handling
+events between steps; the observations go to RESULT_JSON for the test to judge, then Blender quits.
+"""
+import json
+import os
+import sys
+import time
+import traceback
+
+import bpy
+
+ADDON_ZIP, SHOT_DIR, RESULT_JSON = sys.argv[sys.argv.index("--") + 1:][:3]
+TICK = 0.05
+MAX_ITERS = 12
+TIMEOUT = 240.0
+
+result = dict(samples=[], errors=[], screenshots={})
+state = dict(panel_draws=0, viewport_draws=0, started=time.monotonic())
+
+
+def count_panel_draw(self, context):
+    state["panel_draws"] += 1
+
+
+def count_viewport_draw():
+    state["viewport_draws"] += 1
+
+
+def view3d():
+    """(window, area, sidebar region) of the largest 3D viewport."""
+    window = bpy.context.window_manager.windows[0]
+    area = max((a for a in window.screen.areas if a.type == "VIEW_3D"), key=lambda a: a.width * a.height)
+    region = next(r for r in area.regions if r.type == "UI")
+    return window, area, region
+
+
+def simulate_click(window, x, y):
+    window.event_simulate(type="MOUSEMOVE", value="NOTHING", x=x, y=y)
+    window.event_simulate(type="LEFTMOUSE", value="PRESS", x=x, y=y)
+    window.event_simulate(type="LEFTMOUSE", value="RELEASE", x=x, y=y)
+
+
+def make_loop_button():
+    """Window coordinates of the Make Loop button: the tall first row of the panel, under its header."""
+    _, _, region = view3d()
+    scale = bpy.context.preferences.system.ui_scale
+    return region.x + region.width // 2 - int(10 * scale), region.y + region.height - int(58 * scale)
+
+
+def screenshot(name):
+    window, area, _ = view3d()
+    path = os.path.join(SHOT_DIR, f"{name}.png")
+    with bpy.context.temp_override(window=window, area=area):
+        bpy.ops.screen.screenshot_area(filepath=path)
+    result["screenshots"][name] = path
+
+
+def loop_keys(obj):
+    keys = obj.data.shape_keys
+    return [] if keys is None else [kb.name for kb in keys.key_blocks if kb.name.startswith("CyclicLoop.")]
+
+
+def snapshot(obj):
+    return dict(keys=loop_keys(obj), marker=obj.get("cyclic_loop") is not None,
+                modifiers=[m.show_viewport for m in obj.modifiers],
+                coords=[tuple(round(c, 6) for c in v.co) for v in obj.data.vertices])
+
+
+def sample(run, label):
+    result["samples"].append(dict(label=label, t=round(time.monotonic() - state["started"], 3),
+                                  running=run.running, phase=run.phase, iteration=run.iteration,
+                                  progress=run.progress, loss=run.loss, timer_redraws=run.redraws,
+                                  panel_draws=state["panel_draws"], viewport_draws=state["viewport_draws"]))
+
+
+def steps():
+    """The scenario as a generator: each ``yield`` gives the window TICK seconds of event handling."""
+    assert bpy.ops.preferences.addon_install(filepath=ADDON_ZIP) == {"FINISHED"}
+    assert bpy.ops.preferences.addon_enable(module="cyclic_loop") == {"FINISHED"}
+    bpy.types.VIEW3D_PT_cyclic_loop.append(count_panel_draw)
+    handle = bpy.types.SpaceView3D.draw_handler_add(count_viewport_draw, (), "WINDOW", "POST_PIXEL")
+    scene = bpy.context.scene
+    obj = next(ob for ob in scene.objects if any(m.type == "CLOTH" for m in ob.modifiers))
+    for ob in scene.objects:
+        ob.select_set(ob is obj)
+    bpy.context.view_layer.objects.active = obj
+    window, area, region = view3d()
+    area.spaces[0].show_region_ui = True
+    yield
+    settings = obj.cyclic_loop_settings
+    with bpy.context.temp_override(window=window, area=area):
+        assert bpy.ops.cyclic_loop.physics_defaults() == {"FINISHED"}
+    settings.frame_start, settings.frame_end = scene["loop_frames"]
+    settings.substeps, settings.max_iters = 1, MAX_ITERS
+    # Open the Loop tab: click down the sidebar's tab strip (Item, Tool, View, ...) until our panel draws.
+    window, area, region = view3d()
+    x = region.x + region.width - int(10 * bpy.context.preferences.system.ui_scale)
+    for y in range(region.y + region.height - 20, region.y + region.height // 2, -15):
+        before = state["panel_draws"]
+        simulate_click(window, x, y)
+        yield
+        area.tag_redraw()
+        yield
+        if state["panel_draws"] > before:
+            break
+    result["loop_tab_open"] = state["panel_draws"] > 0
+    screenshot("panel_before")
+    run, original = scene.cyclic_loop_run, snapshot(obj)
+
+    # Run 1: click Make Loop, press Esc once the progress bar has moved.
+    simulate_click(window, *make_loop_button())
+    for _ in range(40):
+        yield
+        if run.running:
+            break
+    result["run1_started"] = run.running
+    deadline = time.monotonic() + TIMEOUT
+    while run.running and run.progress == 0.0 and time.monotonic() < deadline:
+        sample(run, "run1")
+        yield
+    sample(run, "run1")
+    result["run1_progress_at_esc"] = run.progress
+    x, y = area.x + area.width // 3, area.y + area.height // 2
+    window.event_simulate(type="MOUSEMOVE", value="NOTHING", x=x, y=y)
+    window.event_simulate(type="ESC", value="PRESS", x=x, y=y)
+    window.event_simulate(type="ESC", value="RELEASE", x=x, y=y)
+    while run.running and time.monotonic() < deadline:
+        yield
+    result["run1_message"] = run.message
+    result["run1_scene_unchanged"] = snapshot(obj) == original
+    yield
+    screenshot("panel_cancelled")
+
+    # Run 2: click Make Loop, watch it to the end; a second Make Loop meanwhile is refused.
+    simulate_click(window, *make_loop_button())
+    for _ in range(40):
+        yield
+        if run.running:
+            break
+    result["run2_started"] = run.running
+    deadline = time.monotonic() + TIMEOUT
+    while run.running and time.monotonic() < deadline:
+        sample(run, "run2")
+        if "second_make_loop" not in result and run.progress > 0.0:
+            with bpy.context.temp_override(window=window, area=area, region=region):
+                result["second_make_loop"] = sorted(bpy.ops.cyclic_loop.make_loop("INVOKE_DEFAULT"))
+        if "panel_during" not in result["screenshots"] and run.progress >= 0.6:
+            screenshot("panel_during")
+        yield
+    sample(run, "run2")
+    yield
+    screenshot("panel_after")
+    result["run2_message"] = run.message
+    result["report"] = dict(has_report=run.has_report, method=run.method, init_used=run.init_used,
+                            seam_before=run.seam_before, seam_after=run.seam_after, residual=run.residual,
+                            seconds=run.seconds, iterations=run.iterations)
+    result["loop_keys_after"] = len(loop_keys(obj))
+    result["n_loop_frames"] = settings.frame_end - settings.frame_start + 1
+    bpy.types.SpaceView3D.draw_handler_remove(handle, "WINDOW")
+
+
+def drive(scenario=steps()):
+    """Timer callback: advance the scenario one step; write the result and quit at the end or on error."""
+    try:
+        next(scenario)
+        if time.monotonic() - state["started"] < 2 * TIMEOUT:
+            return TICK
+        result["errors"].append("scenario timed out")
+    except StopIteration:
+        pass
+    except Exception:
+        result["errors"].append(traceback.format_exc())
+    with open(RESULT_JSON, "w") as fh:
+        json.dump(result, fh, indent=1)
+    bpy.ops.wm.quit_blender()
+    return None
+
+
+bpy.app.timers.register(drive, first_interval=1.0)

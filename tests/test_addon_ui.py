@@ -1,0 +1,146 @@
+"""The extension in the bpy module: built with build_extension.py, installed by Blender's extension
+machinery into a temporary repository, registered / unregistered / registered again, and Make Loop run
+end to end (inline: the bpy module has no event loop, so the modal path is tested under Xvfb)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+bpy = pytest.importorskip("bpy")
+addon_utils = pytest.importorskip("addon_utils")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = os.path.join(ROOT, "sample_scenes")
+REPO = "cyclic_loop_test"
+MODULE = f"bl_ext.{REPO}.cyclic_loop"
+PLATFORM = "linux-x64"
+
+
+@pytest.fixture(scope="module")
+def extension_zip(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run([sys.executable, os.path.join(ROOT, "cyclic_loop_addon", "build_extension.py"),
+                    "--platforms", PLATFORM, "--out", str(out)], check=True, capture_output=True)
+    path = out / f"cyclic_loop-0.1.0-{PLATFORM.replace('-', '_')}.zip"
+    assert path.exists(), sorted(os.listdir(out))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def installed(extension_zip, tmp_path_factory):
+    """The extension installed (and enabled) by bpy.ops.extensions.package_install_files into a local
+    repository in a temporary folder (the bundled wheels go to its .local site-packages)."""
+    user = tmp_path_factory.mktemp("extensions")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BLENDER_USER_EXTENSIONS", str(user))
+    repos = bpy.context.preferences.extensions.repos
+    assert bpy.ops.preferences.extension_repo_add(name="Cyclic Loop Test", type="LOCAL", use_custom_directory=True,
+                                                  custom_directory=str(user / REPO)) == {"FINISHED"}
+    result = bpy.ops.extensions.package_install_files(filepath=extension_zip, repo=REPO, enable_on_install=True)
+    assert result == {"FINISHED"}
+    assert MODULE in bpy.context.preferences.addons
+    yield sys.modules[MODULE]
+    addon_utils.disable(MODULE)
+    bpy.ops.preferences.extension_repo_remove(index=[r.module for r in repos].index(REPO), remove_files=True)
+    mp.undo()
+
+
+def open_sample(name, frames=None):
+    """Open a sample .blend, select its simulated mesh and return it with its settings from physics."""
+    bpy.ops.wm.open_mainfile(filepath=os.path.join(SAMPLES, f"{name}.blend"))
+    scene = bpy.context.scene
+    obj = next(ob for ob in scene.objects if any(m.type in {"CLOTH", "SOFT_BODY"} for m in ob.modifiers))
+    for ob in scene.objects:
+        ob.select_set(ob is obj)
+    bpy.context.view_layer.objects.active = obj
+    assert bpy.ops.cyclic_loop.physics_defaults() == {"FINISHED"}
+    settings = obj.cyclic_loop_settings
+    start, end = frames or scene["loop_frames"]
+    settings.frame_start, settings.frame_end = start, end
+    settings.substeps, settings.max_iters = 1, 2
+    return obj, settings
+
+
+def loop_keys(obj):
+    keys = obj.data.shape_keys
+    return [] if keys is None else [kb.name for kb in keys.key_blocks if kb.name.startswith("CyclicLoop.")]
+
+
+def test_installed_through_extension_machinery(installed):
+    assert installed.__file__.startswith(os.environ["BLENDER_USER_EXTENSIONS"])
+    # The bundled package, not the checkout, provides the pipeline.
+    assert sys.modules[MODULE + ".cyclic_loop_addon.solver"].sc.__name__ == MODULE + ".solver_core"
+
+
+def test_register_unregister_register(installed):
+    addon_utils.disable(MODULE)
+    assert not hasattr(bpy.types.Object, "cyclic_loop_settings")
+    assert not hasattr(bpy.types, "CYCLIC_LOOP_OT_make_loop")
+    addon_utils.enable(MODULE)
+    assert hasattr(bpy.types.Object, "cyclic_loop_settings")
+    assert hasattr(bpy.types, "CYCLIC_LOOP_OT_make_loop") and hasattr(bpy.types, "VIEW3D_PT_cyclic_loop")
+    installed.unregister()
+    installed.register()
+    assert bpy.ops.cyclic_loop.make_loop.get_rna_type().name == "Make Loop"
+
+
+def test_settings_default_from_physics_and_persist(installed, tmp_path):
+    obj, settings = open_sample("flag")
+    mod = next(m for m in obj.modifiers if m.type == "CLOTH")
+    bpy.ops.cyclic_loop.physics_defaults()
+    assert settings.model == "blender_cloth"
+    assert settings.pin_group == mod.settings.vertex_group_mass != ""
+    assert settings.substeps == mod.settings.quality
+    assert (settings.frame_start, settings.frame_end) == (mod.point_cache.frame_start, mod.point_cache.frame_end)
+    settings.method, settings.max_iters, settings.scheme = "crossfade", 7, "backward"
+    path, name = str(tmp_path / "saved.blend"), obj.name
+    bpy.ops.wm.save_as_mainfile(filepath=path, copy=True)
+    bpy.ops.wm.open_mainfile(filepath=path)
+    saved = bpy.data.objects[name].cyclic_loop_settings
+    assert (saved.method, saved.max_iters, saved.scheme, saved.initialized) == ("crossfade", 7, "backward", True)
+
+
+def test_make_loop_end_to_end_and_restore(installed):
+    obj, settings = open_sample("flag")
+    before = [v.co.copy() for v in obj.data.vertices]
+    assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
+    run = bpy.context.scene.cyclic_loop_run
+    assert not run.running and run.has_report and run.object_name == obj.name
+    assert run.init_used in {"fast_projection", "forward", "cache"} and run.iterations > 0 and run.seconds > 0
+    assert 0 < run.seam_before < float("inf") and 0 < run.seam_after < float("inf") and run.residual > 0
+    assert len(loop_keys(obj)) == settings.frame_end - settings.frame_start + 1
+    assert bpy.ops.cyclic_loop.restore() == {"FINISHED"}
+    assert loop_keys(obj) == [] and not run.has_report
+    assert all(m.show_viewport for m in obj.modifiers)
+    assert [v.co for v in obj.data.vertices] == before
+
+
+def test_crossfade_baseline(installed):
+    obj, settings = open_sample("flag")
+    settings.method = "crossfade"
+    assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
+    run = bpy.context.scene.cyclic_loop_run
+    assert run.method == "crossfade" and run.init_used == "crossfade" and run.iterations == 0
+    assert run.seam_after < run.seam_before
+    assert loop_keys(obj)
+
+
+def test_second_make_loop_refused_and_cancel_writes_nothing(installed):
+    obj, settings = open_sample("flag")
+    operators = sys.modules[MODULE + ".cyclic_loop_addon.operators"]
+    worker = sys.modules[MODULE + ".cyclic_loop_addon.worker"]
+    scene_io = sys.modules[MODULE + ".cyclic_loop_addon.scene_io"]
+    options = operators.loop_settings(obj, settings, bpy.context)
+    options.iterations = 10_000
+    job = worker.SolveJob(scene_io.gather(options), options)
+    operators._job = job
+    try:
+        job.start()
+        assert bpy.ops.cyclic_loop.make_loop() == {"CANCELLED"}
+        assert bpy.ops.cyclic_loop.cancel() == {"FINISHED"}
+        assert job.wait(60), "the worker did not stop after cancel"
+    finally:
+        operators._job = None
+    assert job.cancelled and job.q is None and job.error is None
+    assert loop_keys(obj) == [] and obj.get("cyclic_loop") is None

@@ -1,0 +1,95 @@
+"""Inside a real Blender executable (Debian's `blender` 3.4, Python 3.11, python3-scipy), via pytest-blender:
+
+    .venv/bin/python -m pytest -p pytest-blender tests/test_blender_executable.py
+
+The add-on installs as a legacy add-on from the built zip, registers, unregisters, registers again and
+makes a loop; the headless ``blender -b ... --python cyclic_loop_addon/bake.py`` path writes its outputs.
+Skipped elsewhere (the bpy module has no executable).
+"""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+bpy = pytest.importorskip("bpy")
+addon_utils = pytest.importorskip("addon_utils")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.skipif(not bpy.app.binary_path, reason="runs inside a Blender executable (pytest-blender)")
+
+
+def blender_run(*args, timeout=600):
+    """Run this Blender in the background; an uncaught Python error exits with status 1."""
+    return subprocess.run([bpy.app.binary_path, "-b", "--factory-startup", "--python-exit-code", "1", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def flag_blend(tmp_path_factory):
+    """The flag sample built by this Blender (the committed samples are saved by Blender 4.5)."""
+    out = tmp_path_factory.mktemp("samples")
+    proc = blender_run("--python", os.path.join(ROOT, "sample_scenes", "build_samples.py"), "--",
+                       "--out", str(out), "flag")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return str(out / "flag.blend")
+
+
+@pytest.fixture(scope="module")
+def legacy_addon(tmp_path_factory):
+    """The legacy zip built by build_extension.py, installed by bpy.ops.preferences.addon_install."""
+    spec = importlib.util.spec_from_file_location(
+        "build_extension", os.path.join(ROOT, "cyclic_loop_addon", "build_extension.py"))
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    zip_path = build.build_legacy(str(tmp_path_factory.mktemp("dist")))
+    mp = pytest.MonkeyPatch()
+    scripts = tmp_path_factory.mktemp("scripts")
+    mp.setenv("BLENDER_USER_SCRIPTS", str(scripts))
+    assert bpy.ops.preferences.addon_install(filepath=zip_path) == {"FINISHED"}
+    assert bpy.ops.preferences.addon_enable(module="cyclic_loop") == {"FINISHED"}
+    yield sys.modules["cyclic_loop"]
+    addon_utils.disable("cyclic_loop")
+    mp.undo()
+
+
+def test_installs_as_legacy_addon(legacy_addon):
+    assert legacy_addon.__file__.startswith(os.environ["BLENDER_USER_SCRIPTS"])
+    assert legacy_addon.bl_info["blender"] <= bpy.app.version
+    assert sys.modules["cyclic_loop.cyclic_loop_addon.solver"].sc.__name__ == "cyclic_loop.solver_core"
+
+
+def test_register_unregister_register(legacy_addon):
+    addon_utils.disable("cyclic_loop")
+    assert not hasattr(bpy.types, "CYCLIC_LOOP_OT_make_loop")
+    addon_utils.enable("cyclic_loop")
+    assert hasattr(bpy.types, "CYCLIC_LOOP_OT_make_loop") and hasattr(bpy.types, "VIEW3D_PT_cyclic_loop")
+
+
+def test_make_loop_in_blender(legacy_addon, flag_blend):
+    bpy.ops.wm.open_mainfile(filepath=flag_blend)
+    scene = bpy.context.scene
+    obj = bpy.data.objects["Flag"]
+    for ob in scene.objects:
+        ob.select_set(ob is obj)
+    bpy.context.view_layer.objects.active = obj
+    assert bpy.ops.cyclic_loop.physics_defaults() == {"FINISHED"}
+    settings = obj.cyclic_loop_settings
+    settings.frame_start, settings.frame_end = scene["loop_frames"]
+    settings.substeps, settings.max_iters = 1, 2
+    assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
+    run = scene.cyclic_loop_run
+    assert run.has_report and run.iterations > 0
+    keys = [kb.name for kb in obj.data.shape_keys.key_blocks if kb.name.startswith("CyclicLoop.")]
+    assert len(keys) == settings.frame_end - settings.frame_start + 1
+    assert bpy.ops.cyclic_loop.restore() == {"FINISHED"}
+
+
+def test_headless_bake(flag_blend, tmp_path):
+    out, report = tmp_path / "flag_loop.blend", tmp_path / "report.json"
+    proc = blender_run(flag_blend, "--python", os.path.join(ROOT, "cyclic_loop_addon", "bake.py"), "--",
+                       "--object", "Flag", "--frames", "49", "72", "--substeps", "1", "--iterations", "2",
+                       "--output", str(out), "--json", str(report))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert out.exists() and report.exists()
