@@ -99,7 +99,8 @@ def physics_modifier(obj):
 
 def fill_from_physics(settings, obj, scene):
     """Defaults from the object's physics modifier: frame range of its cache, model, pin group,
-    substeps (cloth quality steps) and collider collection."""
+    substeps (cloth quality steps), collider collection, and the implicit (backward Euler) scheme that
+    stiff cloth and soft bodies need (the paper's choice; Blender's own integrator is implicit too)."""
     settings.frame_start, settings.frame_end = scene.frame_start, scene.frame_end
     mod = physics_modifier(obj)
     if mod is not None:
@@ -114,6 +115,7 @@ def fill_from_physics(settings, obj, scene):
             settings.model = "soft_body"
             settings.pin_group = mod.settings.vertex_group_goal
             settings.substeps = 1
+        settings.scheme = "backward"
     settings.initialized = True
 
 
