@@ -8,10 +8,6 @@ from .linsolve import NotPositiveDefinite, make_backend
 from .residual import ResidualJacobian, loss, penalty_terms, residual_steps
 
 
-class Cancelled(Exception):
-    """Raised inside a solve when the progress callback asked to stop."""
-
-
 def _penalty_gradient_and_diagonal(prob, q, free_flat):
     """Gradient and Hessian diagonal of the soft initial-condition penalties on the free unknowns."""
     grad = np.zeros(q.size)
