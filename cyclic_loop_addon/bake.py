@@ -41,7 +41,9 @@ def _parser():
     p.add_argument("--json", metavar="OUT.json", help="the report as JSON")
     p.add_argument("--model", choices=scene_io.MODELS, default="auto")
     p.add_argument("--init", choices=solve.INITS, default="fast_projection")
-    p.add_argument("--scheme", choices=("symplectic", "backward"), default="symplectic")
+    p.add_argument("--scheme", choices=scene_io.SCHEMES, default="auto",
+                   help="residual scheme (auto: linearized for Blender cloth, backward for shells and soft "
+                        "bodies, symplectic for N bodies)")
     p.add_argument("--substeps", type=int, default=0, help="solver steps per frame (0: from the physics quality)")
     p.add_argument("--iterations", type=int, default=50, help="maximum Gauss-Newton iterations")
     p.add_argument("--tol", type=float, default=1e-8, help="Gauss-Newton tolerance")
@@ -126,7 +128,7 @@ def run(args):
         raise LoopInputError("--abc and --pc2 hold mesh vertices; N bodies are written as location keys (--output)")
     for note in gathered.notes:
         _say(f"note: {note}")
-    _say(f"solving (init {settings.init}, scheme {settings.scheme}, up to {settings.iterations} iterations)")
+    _say(f"solving (init {settings.init}, scheme {gathered.problem.scheme}, up to {settings.iterations} iterations)")
     result = solve.solve(gathered, settings, callback=_progress(time.perf_counter()))
     q = result.q
     if args.output:

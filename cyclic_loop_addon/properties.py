@@ -12,8 +12,12 @@ MODELS = (
     ("nbody", "N Bodies", "The selected objects are bodies under mutual gravity"),
 )
 SCHEMES = (
-    ("symplectic", "Symplectic Euler", "Residual of the symplectic scheme (paper eq. 14)"),
+    ("auto", "From Physics", "Linearized for Blender cloth, backward Euler for thin shells and soft bodies, "
+     "symplectic for N bodies"),
+    ("linearized", "Linearized (Blender)", "Residual of one linearized backward-Euler step, the integrator of "
+     "Blender's cloth: the loop keeps the character of a Blender cloth cache"),
     ("backward", "Backward Euler", "Residual of backward Euler (paper eq. 13)"),
+    ("symplectic", "Symplectic Euler", "Residual of the symplectic scheme (paper eq. 14)"),
 )
 INITS = (
     ("fast_projection", "Fast Projection", "Keyframe control by fast projection (paper Algorithm 2)"),
@@ -47,7 +51,7 @@ class CyclicLoopSettings(bpy.types.PropertyGroup):
                                "Collision modifier that the simulation sees)")
     bake_missing: BoolProperty(name="Bake Missing Cache", default=False,
                                description="Bake the physics cache first when it is not baked")
-    scheme: EnumProperty(name="Scheme", items=SCHEMES, default="symplectic")
+    scheme: EnumProperty(name="Scheme", items=SCHEMES, default="auto")
     substeps: IntProperty(name="Substeps", default=0, min=0, max=64,
                           description="Solver steps per frame (0: from the physics settings)")
     init: EnumProperty(name="Initial Guess", items=INITS, default="fast_projection")
@@ -99,8 +103,7 @@ def physics_modifier(obj):
 
 def fill_from_physics(settings, obj, scene):
     """Defaults from the object's physics modifier: frame range of its cache, model, pin group,
-    substeps (cloth quality steps), collider collection, and the implicit (backward Euler) scheme that
-    stiff cloth and soft bodies need (the paper's choice; Blender's own integrator is implicit too)."""
+    substeps (cloth quality steps) and collider collection; the scheme stays "auto" (the model's own)."""
     settings.frame_start, settings.frame_end = scene.frame_start, scene.frame_end
     mod = physics_modifier(obj)
     if mod is not None:
@@ -115,7 +118,6 @@ def fill_from_physics(settings, obj, scene):
             settings.model = "soft_body"
             settings.pin_group = mod.settings.vertex_group_goal
             settings.substeps = 1
-        settings.scheme = "backward"
     settings.initialized = True
 
 

@@ -26,11 +26,19 @@ BLENDER_DRAG_SCALE = 0.01      # Blender's soft body media friction per unit vel
 CONTACT_LOAD = 100.0        # contact pushes out with this many vertex weights at the collider surface
 
 
+# The residual scheme of each model when the settings say "auto": Blender's cloth integrator takes one
+# linearized backward-Euler step per sub-step; stiff shells and soft bodies need an implicit scheme.
+SCHEME_OF_MODEL = {"blender_cloth": "linearized", "shell": "backward", "soft_body": "backward",
+                   "nbody": "symplectic"}
+SCHEMES = ("auto",) + sc.SCHEMES
+
+
 @dataclass
 class LoopSettings:
     """What to loop and how. Empty ``objects`` means the selected objects; frames None mean the scene range.
 
-    ``substeps`` 0 takes them from the physics settings (Cloth quality); ``pin_group`` "" takes the
+    ``scheme`` "auto" takes the model's (``SCHEME_OF_MODEL``); ``substeps`` 0 takes them from the physics
+    settings (Cloth quality); ``pin_group`` "" takes the
     modifier's own pin / goal group; ``collider_collection`` "" takes the objects with a Collision
     modifier that the simulation sees. ``soft`` > 0 makes the first two frames soft constraints.
     """
@@ -38,7 +46,7 @@ class LoopSettings:
     frame_start: int = None
     frame_end: int = None
     model: str = "auto"
-    scheme: str = "symplectic"
+    scheme: str = "auto"
     init: str = "fast_projection"
     substeps: int = 0
     iterations: int = 50
@@ -337,8 +345,9 @@ def _gather_mesh(obj, frames, settings, context):
         winds = _winds(scene, weights, notes)
         if collisions.use_self_collision:
             notes.append("self collision is not modeled")
-        if max(physics.tension_damping, physics.compression_damping, physics.shear_damping) > 0:
-            notes.append("spring damping (tension, compression, shear) is not modeled")
+        if model != "blender_cloth" and max(physics.tension_damping, physics.compression_damping,
+                                            physics.shear_damping) > 0:
+            notes.append("spring damping (tension, compression, shear) is not modeled by the thin-shell model")
     else:
         colliders = _colliders(obj, scene, settings, physics.collision_collection)
         winds = []
@@ -378,7 +387,7 @@ def _gather_mesh(obj, frames, settings, context):
     else:
         dt, substeps, built = _cloth(model, physics, rest, faces, tris, scene, weights, colliders,
                                      collider_frames, mod.collision_settings.distance_min, wind, step)
-    problem = _problem(built, source, dt, int(settings.substeps) or substeps, pins, settings)
+    problem = _problem(built, source, dt, int(settings.substeps) or substeps, pins, settings, model)
     _check_periodic_transform(obj, matrices, frames, step, context, notes)
     return Gathered(problem=problem, kind="mesh", model_name=model, object_names=[obj.name], frames=frames,
                     frame_step=step, source=source, n_written=n,
@@ -444,10 +453,11 @@ def _soft_body(obj, sb, rest, tris, edges, source, scene, weights, colliders, co
     return (step * sb.speed / fps, 1, built.add(*terms)), filled
 
 
-def _problem(model, source, dt, substeps, pins, settings):
+def _problem(model, source, dt, substeps, pins, settings, model_name):
+    scheme = SCHEME_OF_MODEL[model_name] if settings.scheme == "auto" else settings.scheme
     try:
         return sc.LoopProblem(model, n_frames=len(source), dt=dt, r0=source[0], r1=source[1],
-                              scheme=settings.scheme, eps0=settings.soft, eps1=settings.soft,
+                              scheme=scheme, eps0=settings.soft, eps1=settings.soft,
                               pins=pins, pin_positions=source[:, pins], substeps=substeps)
     except ValueError as exc:
         raise LoopInputError(f"the loop problem is invalid: {exc}") from exc
@@ -516,7 +526,7 @@ def _gather_bodies(objects, frames, settings, context):
     step = max(scene.frame_step, 1)
     dt = step * scene.render.fps_base / scene.render.fps
     model = sc.NBody(masses, G=settings.gravitational_constant, softening=settings.softening)
-    problem = _problem(model, source, dt, int(settings.substeps) or 1, np.zeros(0, np.int64), settings)
+    problem = _problem(model, source, dt, int(settings.substeps) or 1, np.zeros(0, np.int64), settings, "nbody")
     return Gathered(problem=problem, kind="bodies", model_name="nbody", object_names=[ob.name for ob in objects],
                     frames=frames, frame_step=step, source=source, n_written=len(objects),
                     to_local=np.linalg.inv(parents).transpose(1, 0, 2, 3))

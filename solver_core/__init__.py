@@ -1,7 +1,8 @@
 """Physical cyclic animations (Jia, Wang, Li, Chern 2023) in numpy/scipy. Never imports bpy."""
-from .models.base import ForceTerm, Model, sample_periodic
+from .models.base import ForceTerm, Model, VelocityTerm, sample_periodic
 from .models.nbody import NBody, NBodyGravity
 from .problem import LoopProblem
+from .scheme import SCHEMES
 from .residual import residual, loss
 from .forward import simulate, SimulationFailed
 from .fast_projection import fast_projection, FastProjectionDiverged

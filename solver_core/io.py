@@ -1,6 +1,6 @@
 """Saving and loading problems and results as .npz files (with a format version).
 
-A model is stored as the tree of its force terms' constructor arguments (each ForceTerm remembers
+A model is stored as the tree of its force terms' constructor arguments (each force term remembers
 them), so any model built from solver_core classes round-trips; arrays go into the archive, the tree
 into a JSON string.
 """
@@ -11,14 +11,14 @@ import tempfile
 import numpy as np
 
 from .loop import LoopResult
-from .models.base import ForceTerm
+from .models.base import Term
 from .problem import LoopProblem
 
 FORMAT_VERSION = 1
 
 
 def _term_classes():
-    found, stack = {}, [ForceTerm]
+    found, stack = {}, [Term]
     while stack:
         cls = stack.pop()
         found[f"{cls.__module__}.{cls.__qualname__}"] = cls
@@ -27,7 +27,7 @@ def _term_classes():
 
 
 def _encode(value, arrays):
-    if isinstance(value, ForceTerm):
+    if isinstance(value, Term):
         args, kwargs = value.init_args
         cls = type(value)
         return {"__term__": f"{cls.__module__}.{cls.__qualname__}",

@@ -2,8 +2,7 @@
 import numpy as np
 
 from .models.base import sample_periodic
-
-SCHEMES = ("symplectic", "backward")
+from .scheme import SCHEMES
 
 
 def _finite_array(name, value, shape):

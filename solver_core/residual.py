@@ -1,33 +1,26 @@
 """Residual forces of the equations of motion around the loop, the loss, and their Jacobian.
 
-Symplectic (eq. 14):  u_j = M (q_{j+1} - 2 q_j + q_{j-1}) / h^2 + D (q_j - q_{j-1}) / h - F(q_j)
-Backward  (eq. 13):  u_j = M (q_{j+1} - 2 q_j + q_{j-1}) / h^2 + D (q_{j+1} - q_j) / h - F(q_{j+1})
-with indices mod n_steps, M the lumped mass and D the model's linear drag. Pinned vertices' rows are
-zero: the pin supplies whatever force it takes.
+Row j of the residual is the scheme's step residual (``solver_core.scheme``: symplectic eq. 14, backward
+eq. 13, or linearized) with indices mod n_steps. Pinned vertices' rows are zero: the pin supplies whatever
+force it takes.
 """
 import numpy as np
 import scipy.sparse as sp
 
-
-def _drag(model):
-    return np.zeros(model.n_vertices) if model.damping is None else model.damping
+from . import scheme
 
 
 def force_steps(prob):
-    """(force step index, frame times) of the force term in each residual row j."""
+    """(step index of the positions the forces of each residual row j see, their frame times)."""
     j = np.arange(prob.n_steps)
-    k = j if prob.scheme == "symplectic" else (j + 1) % prob.n_steps
-    return k, prob.step_times(k if prob.scheme == "symplectic" else j + 1)
+    k = (j + scheme.offsets(prob.scheme)[0]) % prob.n_steps
+    return k, prob.step_times(j + scheme.offsets(prob.scheme)[0])
 
 
 def residual_steps(prob, q):
     """Residual forces u (n_steps, n, 3) of a trajectory on the solver grid."""
     q = prob.check_trajectory(q)
-    h, m, d = prob.h, prob.model.mass[:, None], _drag(prob.model)[:, None]
-    qn, qp = np.roll(q, -1, axis=0), np.roll(q, 1, axis=0)
-    k, t = force_steps(prob)
-    u = m * (qn - 2 * q + qp) / h ** 2 - prob.model.forces(q[k], t)
-    u += d * ((q - qp) if prob.scheme == "symplectic" else (qn - q)) / h
+    u = scheme.step_rows(prob, np.roll(q, 1, axis=0), q, np.roll(q, -1, axis=0), np.arange(prob.n_steps))
     u[:, prob.pins] = 0.0
     return u
 
@@ -82,14 +75,14 @@ class ResidualJacobian:
 
         j = np.arange(n_steps)[:, None]
         a = np.arange(dof)[None, :]
-        stencil_rows = np.broadcast_to(j * dof + a, (n_steps, dof))
-        offsets = (1, 0, -1)
-        rows = [stencil_rows.ravel()] * 3
-        cols = [(((j + o) % n_steps) * dof + a).ravel() for o in offsets]
-        frows, fcols = model.jacobian_pattern()
-        k, _ = force_steps(prob)
-        rows.append((j * dof + frows[None, :]).ravel())
-        cols.append((k[:, None] * dof + fcols[None, :]).ravel())
+        self._diagonals = scheme.diagonals(prob)
+        rows, cols = [], []
+        for o in self._diagonals:
+            rows.append(np.broadcast_to(j * dof + a, (n_steps, dof)).ravel())
+            cols.append((((j + o) % n_steps) * dof + a).ravel())
+        for o, prows, pcols in scheme.derivative_pattern(prob):
+            rows.append((j * dof + prows[None, :]).ravel())
+            cols.append((((j + o) % n_steps) * dof + pcols[None, :]).ravel())
         rows, cols = np.concatenate(rows), np.concatenate(cols)
         r, c = row_of[rows], col_of[cols]
         self._keep = (r >= 0) & (c >= 0)
@@ -101,25 +94,14 @@ class ResidualJacobian:
         self._indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         self._nnz = uniq.size
         self.row_weights = (prob.h / np.repeat(model.mass, 3))[self.row_flat % dof]
-        self._stencil = np.concatenate(self._stencil_values())
-
-    def _stencil_values(self):
-        prob = self.prob
-        h = prob.h
-        m = np.repeat(prob.model.mass, 3)
-        d = np.repeat(_drag(prob.model), 3)
-        sym = prob.scheme == "symplectic"
-        # coefficients of q_{j+1}, q_j, q_{j-1}
-        c_next = m / h ** 2 + (0.0 if sym else d / h)
-        c_here = -2 * m / h ** 2 + (d / h if sym else -d / h)
-        c_prev = m / h ** 2 - (d / h if sym else 0.0)
-        return [np.tile(c, prob.n_steps) for c in (c_next, c_here, c_prev)]
+        self._stencil = np.concatenate([np.tile(c, n_steps) for c in self._diagonals.values()])
 
     def assemble(self, q):
         """Sparse CSR J (active rows x free unknowns) at trajectory q (n_steps, n, 3)."""
-        k, t = force_steps(self.prob)
-        fvals = -self.prob.model.jacobian_values(q[k], t).ravel()
-        values = np.concatenate([self._stencil, fvals])[self._keep]
+        prob = self.prob
+        parts = scheme.derivative_values(prob, np.roll(q, 1, axis=0), q, np.roll(q, -1, axis=0),
+                                         np.arange(prob.n_steps))
+        values = np.concatenate([self._stencil] + [p.ravel() for p in parts])[self._keep]
         data = np.bincount(self._slot, weights=values, minlength=self._nnz)
         return sp.csr_matrix((data, self._indices, self._indptr), shape=self.shape)
 

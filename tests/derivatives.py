@@ -33,3 +33,27 @@ def assert_jacobian_matches(term, q, t, eps=1e-6, rtol=1e-5):
     err = np.abs(exact - approx).max() / scale
     assert err < rtol, f"Jacobian mismatch: max relative error {err:.3e} (rtol {rtol:g})"
     return err
+
+
+def assert_velocity_jacobian_matches(term, q, v, t, eps=1e-6, rtol=1e-5):
+    """Assert a velocity term's dG/dq and dG/dv equal central differences to ``rtol`` of their largest entry."""
+    rows, cols = term.jacobian_pattern()
+    b, n = q.shape[0], q.shape[1]
+    errors = []
+    for which, exact_vals in zip(("q", "v"), term.jacobian_values(q, v, t)):
+        exact = np.zeros((b, 3 * n, 3 * n))
+        approx = np.zeros_like(exact)
+        for k in range(b):
+            np.add.at(exact[k], (rows, cols), exact_vals[k])
+        for dof in range(3 * n):
+            d = np.zeros_like(q)
+            d[:, dof // 3, dof % 3] = eps
+            if which == "q":
+                diff = term.forces(q + d, v, t) - term.forces(q - d, v, t)
+            else:
+                diff = term.forces(q, v + d, t) - term.forces(q, v - d, t)
+            approx[:, :, dof] = diff.reshape(b, 3 * n) / (2 * eps)
+        err = np.abs(exact - approx).max() / max(np.abs(exact).max(), 1e-300)
+        assert err < rtol, f"dG/d{which} mismatch: max relative error {err:.3e} (rtol {rtol:g})"
+        errors.append(err)
+    return errors

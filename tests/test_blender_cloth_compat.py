@@ -66,24 +66,26 @@ def test_blender_time_is_frames_times_speed_multiplier(measure):
     np.testing.assert_allclose(other_fps, reference, atol=1e-6)
 
 
-def _figures(measure, settings, n_frames):
+def _figures(measure, settings, n_frames, scheme):
     full = dict(sc.CLOTH_SETTINGS_DEFAULTS, **{k: v for k, v in settings.items() if k in sc.CLOTH_SETTINGS_DEFAULTS})
     quality = full["quality"]
     q, faces, pins = measure.bake_cloth(dict(settings, quality=1, time_scale=1.0 / quality), n_frames * quality,
                                         segments=4)
     model, dt, substeps = sc.blender_cloth_problem_parts(q[0], faces, full, measure.FPS)
-    compatible = measure.residual_figures(model, dt, substeps, q, pins)
-    mismatched = measure.residual_figures(measure.cotton_model(q[0], faces), dt, substeps, q, pins)
+    compatible = measure.residual_figures(model, dt, substeps, q, pins, scheme)
+    mismatched = measure.residual_figures(measure.cotton_model(q[0], faces), dt, substeps, q, pins, scheme)
     return compatible, mismatched
 
 
 def test_compatible_residual_far_below_mismatched(measure):
     """Resolved cache (quality 40, no velocity damping): backward-Euler residual at least 10x below cotton's."""
-    compatible, mismatched = _figures(measure, dict(measure.NO_VELOCITY_DAMPING, quality=40), 10)
+    compatible, mismatched = _figures(measure, dict(measure.NO_VELOCITY_DAMPING, quality=40), 10, "backward")
     assert compatible[0] * 10 < mismatched[0]
 
 
-def test_blender_step_matches_compatible_model_at_default_quality(measure):
-    """Quality 5: Blender's own linearized step under the compatible model at least 10x below cotton's."""
-    compatible, mismatched = _figures(measure, measure.NO_VELOCITY_DAMPING, 15)
-    assert compatible[2] * 10 < mismatched[2]
+def test_default_settings_cache_fits_the_linearized_scheme(measure):
+    """Blender's defaults (quality 5, spring and hinge damping): the linearized residual of the cache under
+    the compatible model at least 10x below cotton's (measured 29x on the 10 x 10 sample, 40 frames)."""
+    compatible, mismatched = _figures(measure, {}, 15, "linearized")
+    assert compatible[0] * 10 < mismatched[0]
+    assert compatible[0] < 0.1

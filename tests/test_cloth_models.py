@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from derivatives import assert_jacobian_matches
+from derivatives import assert_jacobian_matches, assert_velocity_jacobian_matches
 from solver_core import BendingTerm, BlenderCloth, Cloth, Gravity, MembraneTerm, Wind
 from solver_core.models.blender_cloth import build_hinges, build_springs
 from solver_core.models.cloth import (COTTON_BENDING_STIFFNESS, COTTON_DENSITY, COTTON_THICKNESS, dihedral_angle,
@@ -381,6 +381,84 @@ def test_blender_angular_model_jacobian_and_reference(mesh):
             expected += blender_angular_reference(q[-1], i[h], j[h], poly_a, poly_b, stiffness, rest_angle)[0]
     angular = sum(term.forces(q[-1:], np.zeros(1))[0] for term in cloth.terms[1:])
     np.testing.assert_allclose(angular, expected, atol=1e-12)
+
+
+def blender_spring_damping_reference(x, v, i, j, rest, c_stretch, c_compress):
+    """Literal port of the damping part of SIM_mass_spring_force_spring_linear for one spring: force on i."""
+    extent, vel = x[j] - x[i], v[j] - v[i]
+    length = np.linalg.norm(extent)
+    direction = extent / length
+    damping = c_stretch if length >= rest else c_compress
+    return direction * damping * (vel @ direction)
+
+
+def blender_angular_damping_reference(x, v, i, j, poly_a, poly_b, damping):
+    """Literal port of the damping part of SIM_mass_spring_force_spring_angular: forces (n, 3)."""
+    def normal(p, q, poly):
+        mid = x[poly].mean(axis=0)
+        nrm = np.cross(x[q] - x[p], mid - x[p])   # normal_tri_v3(p, q, mid)
+        return nrm / np.linalg.norm(nrm)
+    dir_a, dir_b = normal(j, i, poly_a), normal(i, j, poly_b)
+    vel_e = (v[i] + v[j]) / 2
+    vel_a, vel_b = v[poly_a].mean(axis=0) - vel_e, v[poly_b].mean(axis=0) - vel_e
+    force = -damping * (vel_a @ dir_a + vel_b @ dir_b)
+    f = np.zeros_like(x)
+    for k in poly_a:
+        f[k] += dir_a * force / len(poly_a)
+    for k in poly_b:
+        f[k] += dir_b * force / len(poly_b)
+    f[i] -= (dir_a + dir_b) * force * 0.5
+    f[j] -= (dir_a + dir_b) * force * 0.5
+    return f
+
+
+@pytest.mark.parametrize("bending_model", ["angular", "linear"])
+def test_blender_velocity_damping_jacobians_and_reference(bending_model):
+    x, tris, quads = grid()
+    faces = quads[:4].tolist() + np.concatenate([quads[4:, [0, 1, 2]], quads[4:, [0, 2, 3]]]).tolist()
+    cloth = BlenderCloth(x, faces, 0.3, 15.0, 10.0, 5.0, 0.5, bending_model=bending_model,
+                         tension_damping=5.0, compression_damping=3.0, shear_damping=2.0, angular_damping=0.7)
+    rng = np.random.default_rng(8)
+    q = np.stack([x * [1.08, 0.93, 1.0], x * [0.9, 0.95, 1.0], fold(x, 1.5, 9)]) + 0.01 * rng.standard_normal((3,) + x.shape)
+    v = rng.standard_normal(q.shape)
+    kinds = [type(term).__name__ for term in cloth.velocity_terms]
+    assert kinds.count("BlenderSpringDampingTerm") == 1
+    assert ("BlenderAngularDampingTerm" in kinds) == (bending_model == "angular")
+    for term in cloth.velocity_terms:
+        assert_velocity_jacobian_matches(term, q, v, times(q))
+    # Linear in the velocities, and every spring and hinge agrees with the literal port of Blender's force.
+    np.testing.assert_allclose(cloth.velocity_forces(q, 2 * v, times(q)), 2 * cloth.velocity_forces(q, v, times(q)))
+    structural, shear, bending = build_springs(faces, len(x))
+    expected = np.zeros_like(x)
+    for kind, pairs in (("structural", structural), ("shear", shear)):
+        for a, b in pairs:
+            rest = np.linalg.norm(x[b] - x[a])
+            compress = 3.0 if (kind == "structural" and bending_model == "angular") else 0.0
+            f = blender_spring_damping_reference(q[-1], v[-1], a, b, rest, 5.0 if kind == "structural" else 2.0, compress)
+            expected[a] += f
+            expected[b] -= f
+    if bending_model == "angular":
+        for i, j, others_a, others_b in build_hinges(faces, len(x)):
+            for h in range(len(i)):
+                expected += blender_angular_damping_reference(q[-1], v[-1], i[h], j[h], [i[h], j[h], *others_a[h]],
+                                                              [i[h], j[h], *others_b[h]], 0.7)
+    np.testing.assert_allclose(cloth.velocity_forces(q[-1:], v[-1:], np.zeros(1))[0], expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("bending_model", ["angular", "linear"])
+def test_blender_spring_jacobian_derivative_matches_differences(bending_model):
+    """The springs' analytic Jacobian derivative along s (linearized scheme) against central differences."""
+    from solver_core.models.base import jacobian_difference
+    x, _, quads = grid()
+    cloth = BlenderCloth(x, quads.tolist(), 0.3, 15.0, 10.0, 5.0, 0.5, bending_model=bending_model)
+    rng = np.random.default_rng(9)
+    q = np.stack([x * [1.08, 0.93, 1.0], x * [0.9, 0.95, 1.0], fold(x, 1.5, 9)]) + 0.01 * rng.standard_normal((3,) + x.shape)
+    s = rng.standard_normal(q.shape)
+    lengths = np.linalg.norm(q[:, cloth.springs.pairs[:, 1]] - q[:, cloth.springs.pairs[:, 0]], axis=-1)
+    assert np.abs(lengths / cloth.springs.rest_length - 1).min() > 1e-3   # no spring at its kink
+    exact = cloth.springs.jacobian_derivative(q, times(q), s)
+    approx = jacobian_difference(cloth.springs, q, times(q), s)
+    assert np.abs(exact - approx).max() < 1e-6 * np.abs(exact).max()
 
 
 def test_blender_hinges_of_a_quad_grid():

@@ -29,6 +29,21 @@ def small_problem(scheme="symplectic", pins=None, damping=None, substeps=1, eps=
                           pins=pins, pin_positions=pin_positions, substeps=substeps)
 
 
+def small_cloth_problem(scheme="linearized", pins=(0, 2), eps=0.0, n_frames=6, seed=0):
+    """A 3 x 3 vertex Blender cloth with spring and hinge damping, air drag and gravity, two corners pinned."""
+    rng = np.random.default_rng(seed)
+    u, v = np.meshgrid(np.arange(3), np.arange(3), indexing="ij")
+    x = np.stack([0.1 * u.ravel(), 0.1 * v.ravel(), np.zeros(9)], 1)
+    quads = [(0, 3, 4, 1), (1, 4, 5, 2), (3, 6, 7, 4), (4, 7, 8, 5)]
+    cloth = sc.BlenderCloth(x, quads, 0.3, 400.0, 400.0, 100.0, 5.0, air_damping=10.0, bending_model="angular",
+                            tension_damping=20.0, compression_damping=20.0, shear_damping=10.0, angular_damping=2.0)
+    model = cloth.add(sc.Gravity(cloth.mass, [0.0, 0.0, -9.81]))
+    h = 0.02
+    pos = x + 0.01 * rng.normal(size=x.shape)
+    vel = 0.5 * rng.normal(size=x.shape)
+    return sc.LoopProblem(model, n_frames, h, pos, pos + h * vel, scheme=scheme, eps0=eps, eps1=eps, pins=list(pins))
+
+
 @pytest.mark.parametrize("softening", [0.0, 0.2])
 def test_nbody_force_jacobian_matches_finite_differences(softening):
     rng = np.random.default_rng(1)
@@ -63,11 +78,17 @@ def test_nbody_forces_are_newtonian():
     dict(scheme="symplectic", pins=[1], damping=[0.1, 0.2, 0.0, 0.3]),
     dict(scheme="backward", pins=[0, 3], damping=0.2, eps=1e-3),
     dict(scheme="symplectic", substeps=2, eps=1e-2),
+    dict(scheme="linearized", pins=[1], damping=[0.1, 0.2, 0.0, 0.3], eps=1e-3),
+    dict(cloth=True, scheme="linearized"), dict(cloth=True, scheme="backward", eps=1e-3),
+    dict(cloth=True, scheme="symplectic", pins=[0]),
 ])
 def test_residual_jacobian_matches_finite_differences(kwargs):
-    prob = small_problem(**kwargs)
+    kwargs = dict(kwargs)
+    prob = small_cloth_problem(**kwargs) if kwargs.pop("cloth", False) else small_problem(**kwargs)
     rng = np.random.default_rng(3)
-    q = prob.apply_constraints(sc.simulate(prob) + 0.05 * rng.normal(size=(prob.n_steps, 4, 3)))
+    n = prob.n_vertices
+    q = prob.apply_constraints(prob.steps_of(np.repeat(prob.r0[None], prob.n_frames, 0))
+                               + 0.05 * rng.normal(size=(prob.n_steps, n, 3)))
     jac = ResidualJacobian(prob)
     J = jac.assemble(q).toarray()
     eps = 1e-6
@@ -98,12 +119,16 @@ def test_gauss_newton_gradient_is_the_loss_gradient():
 
 @pytest.mark.parametrize("kwargs", [dict(scheme="symplectic", pins=[1], damping=0.2),
                                     dict(scheme="backward", pins=[2], damping=[0.1, 0.0, 0.2, 0.3]),
-                                    dict(scheme="symplectic", substeps=3)])
+                                    dict(scheme="symplectic", substeps=3),
+                                    dict(scheme="linearized", pins=[2], damping=0.2),
+                                    dict(cloth=True, scheme="linearized"), dict(cloth=True, scheme="backward"),
+                                    dict(cloth=True, scheme="symplectic")])
 def test_adjoint_gradient_matches_finite_differences(kwargs):
-    prob = small_problem(**kwargs)
+    kwargs = dict(kwargs)
+    prob = small_cloth_problem(**kwargs) if kwargs.pop("cloth", False) else small_problem(**kwargs)
     L = prob.n_steps
     rng = np.random.default_rng(5)
-    u = 0.1 * rng.normal(size=(L + 1, 4, 3))
+    u = 0.1 * rng.normal(size=(L + 1, prob.n_vertices, 3))
     q, factors = sc.simulate(prob, L + 2, u, keep_factors=True)
     grad = mismatch_gradient(prob, q, factors)
     du = rng.normal(size=u.shape)

@@ -9,22 +9,29 @@ than once; duplicates are summed when the matrix is assembled.
 per-frame data (moving colliders, animated wind) hold ``P`` samples and read them periodically, with
 linear interpolation, at ``t mod P``; time-independent terms ignore it.
 
+A *velocity term* is a force linear in the velocities with coefficients that depend on positions,
+``G(q, v) = C(q) v`` (damping along springs or across hinges); it supplies dG/dq and dG/dv = C(q) on
+one fixed pattern.
+
 A *model* is a set of terms acting on bodies with a lumped (diagonal) mass, one value per vertex,
-and an optional linear drag ``-damping[i] * v_i``.
+an optional linear drag ``-damping[i] * v_i`` and optional velocity terms.
 """
 import numpy as np
 
 
-class ForceTerm:
-    """Base class of a force law. Subclasses set ``n_vertices`` and implement the three methods."""
-
-    n_vertices: int
+class Term:
+    """Remembers its constructor arguments so that problems can be saved and rebuilt (solver_core.io)."""
 
     def __new__(cls, *args, **kwargs):
-        # Remember the constructor arguments so that problems can be saved and rebuilt (solver_core.io).
         obj = super().__new__(cls)
         obj.init_args = (args, kwargs)
         return obj
+
+
+class ForceTerm(Term):
+    """Base class of a force law. Subclasses set ``n_vertices`` and implement the three methods."""
+
+    n_vertices: int
 
     def forces(self, q, t):
         """Forces ``(B, n, 3)`` at positions ``q`` ``(B, n, 3)`` and frame times ``t`` ``(B,)``."""
@@ -39,6 +46,54 @@ class ForceTerm:
         raise NotImplementedError
 
 
+class VelocityTerm(Term):
+    """Base class of a force ``G(q, v) = C(q) v`` linear in the velocities ``v`` ``(B, n, 3)``."""
+
+    n_vertices: int
+
+    def forces(self, q, v, t):
+        """Forces ``(B, n, 3)`` at positions ``q``, velocities ``v`` and frame times ``t``."""
+        raise NotImplementedError
+
+    def jacobian_pattern(self):
+        """``(rows, cols)`` of the nonzeros of both dG/dq and dG/dv."""
+        raise NotImplementedError
+
+    def jacobian_values(self, q, v, t):
+        """``(dG/dq, dG/dv)`` values, each ``(B, nnz)`` in the order of ``jacobian_pattern``."""
+        raise NotImplementedError
+
+
+def pattern_product(rows, cols, values, s, n_dof):
+    """Batched sparse products ``A_b s_b`` ``(B, n_dof)`` of matrices given by a pattern and values (B, nnz)."""
+    b = values.shape[0]
+    s = np.asarray(s).reshape(b, n_dof)
+    flat_rows = (np.arange(b)[:, None] * n_dof + rows[None, :]).ravel()
+    return np.bincount(flat_rows, weights=(values * s[:, cols]).ravel(), minlength=b * n_dof).reshape(b, n_dof)
+
+
+_FD_RELATIVE = 1e-6
+
+
+def jacobian_difference(term, q, t, s):
+    """Central-difference derivative ``(B, nnz)`` of ``term.jacobian_values`` along ``s`` (B, n, 3)."""
+    q, s = np.asarray(q, dtype=float), np.asarray(s, dtype=float)
+    size = np.abs(s).max(axis=(1, 2))
+    extent = np.ptp(q, axis=1).max(axis=1)
+    eps = _FD_RELATIVE * np.maximum(extent, 1e-300) / np.where(size > 0, size, 1.0)
+    ds = eps[:, None, None] * s
+    diff = term.jacobian_values(q + ds, t) - term.jacobian_values(q - ds, t)
+    return np.where(size[:, None] > 0, diff / (2 * eps[:, None]), 0.0)
+
+
+def _concat_patterns(terms):
+    pats = [term.jacobian_pattern() for term in terms]
+    if not pats:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return (np.concatenate([np.asarray(p[0], dtype=np.int64) for p in pats]),
+            np.concatenate([np.asarray(p[1], dtype=np.int64) for p in pats]))
+
+
 def sample_periodic(data, t):
     """Linear interpolation of per-frame ``data`` (P, ...) at frame times ``t`` (B,), periodic in P."""
     data = np.asarray(data)
@@ -50,12 +105,14 @@ def sample_periodic(data, t):
 
 
 class Model(ForceTerm):
-    """Bodies with lumped ``mass`` (n,) under a sum of force ``terms`` and optional linear drag.
+    """Bodies with lumped ``mass`` (n,) under a sum of force ``terms``, optional linear drag ``damping``
+    (n,) and ``velocity_terms`` (VelocityTerm).
 
-    ``Model(mass, [term, ...])``; ``model.add(term, ...)`` returns a new model with more terms.
+    ``Model(mass, [term, ...])``; ``model.add(term, ...)`` returns a new model with more terms (force or
+    velocity terms).
     """
 
-    def __init__(self, mass, terms=(), damping=None):
+    def __init__(self, mass, terms=(), damping=None, velocity_terms=()):
         mass = np.asarray(mass, dtype=float)
         if mass.ndim != 1 or mass.size == 0:
             raise ValueError(f"mass must be a non-empty 1-D array of per-vertex masses, got shape {mass.shape}")
@@ -64,7 +121,8 @@ class Model(ForceTerm):
         self.mass = mass
         self.n_vertices = mass.size
         self.terms = list(terms)
-        for term in self.terms:
+        self.velocity_terms = list(velocity_terms)
+        for term in self.terms + self.velocity_terms:
             if term.n_vertices != self.n_vertices:
                 raise ValueError(f"{type(term).__name__} acts on {term.n_vertices} vertices, model has {self.n_vertices}")
         if damping is not None:
@@ -73,10 +131,13 @@ class Model(ForceTerm):
                 raise ValueError("damping must be finite and non-negative")
         self.damping = damping
         self._pattern = None
+        self._velocity_pattern = None
 
     def add(self, *terms):
-        """A new model with the same mass and damping and these extra force terms."""
-        return Model(self.mass, self.terms + list(terms), self.damping)
+        """A new model with the same mass and damping and these extra force or velocity terms."""
+        velocity = [t for t in terms if isinstance(t, VelocityTerm)]
+        force = [t for t in terms if not isinstance(t, VelocityTerm)]
+        return Model(self.mass, self.terms + force, self.damping, self.velocity_terms + velocity)
 
     def forces(self, q, t):
         q = np.asarray(q)
@@ -87,16 +148,13 @@ class Model(ForceTerm):
 
     def jacobian_pattern(self):
         if self._pattern is None:
-            pats = [term.jacobian_pattern() for term in self.terms]
-            rows = np.concatenate([np.asarray(p[0], dtype=np.int64) for p in pats]) if pats else np.zeros(0, np.int64)
-            cols = np.concatenate([np.asarray(p[1], dtype=np.int64) for p in pats]) if pats else np.zeros(0, np.int64)
-            self._pattern = (rows, cols)
+            self._pattern = _concat_patterns(self.terms)
         return self._pattern
 
     @property
     def conservative(self):
-        """True when every term has a potential ``energy(q, t)`` (its forces are minus its gradient)."""
-        return all(hasattr(term, "energy") for term in self.terms)
+        """True when every force term has a potential ``energy(q, t)`` and no velocity term acts."""
+        return not self.velocity_terms and all(hasattr(term, "energy") for term in self.terms)
 
     def energy(self, q, t):
         """Total potential energy (B,) of a conservative model."""
@@ -108,3 +166,44 @@ class Model(ForceTerm):
         if not self.terms:
             return np.zeros((q.shape[0], 0))
         return np.concatenate([term.jacobian_values(q, t) for term in self.terms], axis=1)
+
+    def jacobian_dot(self, q, t, s):
+        """``dF/dq (q) s`` ``(B, n, 3)``: the force Jacobian at each configuration times ``s`` ``(B, n, 3)``."""
+        q = np.asarray(q)
+        rows, cols = self.jacobian_pattern()
+        return pattern_product(rows, cols, self.jacobian_values(q, t), s, 3 * self.n_vertices).reshape(q.shape)
+
+    def jacobian_derivative(self, q, t, s):
+        """Values ``(B, nnz)`` of d/de dF/dq(q + e s) at e = 0, the Jacobian's derivative along ``s``.
+
+        Terms with a ``jacobian_derivative`` method supply it (piecewise laws take the branch at q); the
+        others by central differences of ``jacobian_values`` with a step of 1e-6 of each configuration's
+        extent.
+        """
+        q = np.asarray(q, dtype=float)
+        return np.concatenate([term.jacobian_derivative(q, t, s) if hasattr(term, "jacobian_derivative")
+                               else jacobian_difference(term, q, t, s) for term in self.terms]
+                              + [np.zeros((q.shape[0], 0))], axis=1)
+
+    def velocity_forces(self, q, v, t):
+        """Sum of the velocity terms' forces ``(B, n, 3)``."""
+        q = np.asarray(q)
+        total = np.zeros(q.shape)
+        for term in self.velocity_terms:
+            total = total + term.forces(q, v, t)
+        return total
+
+    def velocity_jacobian_pattern(self):
+        """``(rows, cols)`` of the velocity terms' dG/dq and dG/dv."""
+        if self._velocity_pattern is None:
+            self._velocity_pattern = _concat_patterns(self.velocity_terms)
+        return self._velocity_pattern
+
+    def velocity_jacobian_values(self, q, v, t):
+        """``(dG/dq, dG/dv)`` values ``(B, nnz)`` of the velocity terms."""
+        q = np.asarray(q)
+        if not self.velocity_terms:
+            empty = np.zeros((q.shape[0], 0))
+            return empty, empty
+        parts = [term.jacobian_values(q, v, t) for term in self.velocity_terms]
+        return (np.concatenate([p[0] for p in parts], axis=1), np.concatenate([p[1] for p in parts], axis=1))

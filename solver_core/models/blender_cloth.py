@@ -10,13 +10,14 @@ gravity by 0.001.
 import numpy as np
 from scipy import sparse
 
-from .base import ForceTerm, Model
+from .base import ForceTerm, Model, VelocityTerm
 from .cloth import VertexScatter, block_pattern, check_positions, cross_matrix, outer
 
 _FLT_EPSILON = 1.1920928955078125e-07  # Blender adds it to the average spring length
 # Choi & Ko (2002) buckling curve used by Blender's compressed springs, in x = length / rest_length.
 _FB = np.array([-11.541, 34.193, -39.083, 23.116, -9.713])
 _FB_DERIV = np.array([-46.164, 102.579, -78.166, 23.116])
+_FB_DERIV2 = np.array([-138.492, 205.158, -78.166])
 
 
 def _polygons(faces, n_vertices):
@@ -139,7 +140,7 @@ class BlenderSpringTerm(ForceTerm):
         self._scatter = VertexScatter(self.pairs, n_vertices)
         self._pattern = block_pattern(self.pairs)
 
-    def _laws(self, q):
+    def _laws(self, q, second=False):
         q = np.asarray(q, dtype=float)
         d = q[:, self.pairs[:, 1]] - q[:, self.pairs[:, 0]]
         length = np.linalg.norm(d, axis=-1)
@@ -153,7 +154,10 @@ class BlenderSpringTerm(ForceTerm):
         phi = np.where(stretched, self.k * (length - rest), np.where(use_linear, linear, buckling))
         dphi = np.where(stretched, self.k,
                         np.where(use_linear, self.cb, self.kb * np.polyval(_FB_DERIV, ratio) / rest))
-        return d / safe[..., None], safe, phi, dphi
+        if not second:
+            return d / safe[..., None], safe, phi, dphi
+        ddphi = np.where(stretched | use_linear, 0.0, self.kb * np.polyval(_FB_DERIV2, ratio) / rest ** 2)
+        return d / safe[..., None], safe, phi, dphi, ddphi
 
     def forces(self, q, t):
         unit, _, phi, _ = self._laws(q)
@@ -171,18 +175,77 @@ class BlenderSpringTerm(ForceTerm):
         blocks = np.einsum("ab,zsip->zsaibp", signs, k)
         return blocks.reshape(blocks.shape[0], -1)
 
+    def jacobian_derivative(self, q, t, s):
+        """Values (B, nnz) of the Jacobian's derivative along ``s`` (B, n, 3), on each spring's branch at q.
 
-class BlenderAngularTerm(ForceTerm):
-    """Blender's angular bending springs for hinges whose sides have ``la`` and ``lb`` corners.
+        Exact where the law is smooth; at l = L (and at the buckling / linear switch) it takes the branch
+        Blender evaluates at q, where central differences would straddle the jump of dphi.
+        """
+        unit, length, phi, dphi, ddphi = self._laws(q, second=True)
+        s = np.asarray(s, dtype=float)
+        rel = s[:, self.pairs[:, 1]] - s[:, self.pairs[:, 0]]
+        dl = np.sum(unit * rel, -1)
+        w = (rel - dl[..., None] * unit) / length[..., None]    # derivative of the unit vector along s
+        uu = outer(unit, unit)
+        duu = outer(w, unit) + outer(unit, w)
+        d_ratio = (dphi * dl) / length - phi * dl / length ** 2   # derivative of phi / l
+        dk = ((ddphi * dl)[..., None, None] * uu + dphi[..., None, None] * duu
+              + d_ratio[..., None, None] * (np.eye(3) - uu) - (phi / length)[..., None, None] * duu)
+        signs = np.array([[-1.0, 1.0], [1.0, -1.0]])
+        blocks = np.einsum("ab,zsip->zsaibp", signs, dk)
+        return blocks.reshape(blocks.shape[0], -1)
 
-    Stencil per hinge: (i, j, others_a, others_b). With ``a`` the unit normal of triangle (x_j, x_i, mid_a),
-    ``b`` that of (x_i, x_j, mid_b) (mid = centroid of the side's polygon) and ``e`` along x_i - x_j, the angle
-    is ``atan2((a x b).e, a.b)`` and ``force = k (angle - rest_angle)``; each corner of side a gets
-    ``force a / la``, of side b ``force b / lb``, and i, j each get ``-force (a + b) / 2`` on top. Not a
-    gradient field; the exact Jacobian of this force is supplied.
+
+class BlenderSpringDampingTerm(VelocityTerm):
+    """Blender's damping along springs: ``f_i = c ((v_j - v_i) . e) e`` (and ``-f_i`` on j), e = unit(x_j - x_i).
+
+    ``c`` is ``c_stretch`` while the spring is at least its rest length, ``c_compress`` while shorter (as
+    ``SIM_mass_spring_force_spring_linear``, whose compressed branch is active only for structural springs
+    of the angular bending model).
     """
 
-    def __init__(self, n_vertices, i, j, others_a, others_b, stiffness, rest_positions):
+    def __init__(self, n_vertices, pairs, rest_length, c_stretch, c_compress):
+        self.n_vertices = n_vertices
+        self.pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        self.rest_length = np.asarray(rest_length, dtype=float)
+        self.c_stretch, self.c_compress = (np.asarray(c, dtype=float) for c in (c_stretch, c_compress))
+        self._scatter = VertexScatter(self.pairs, n_vertices)
+        self._pattern = block_pattern(self.pairs)
+
+    def _state(self, q, v):
+        q, v = np.asarray(q, dtype=float), np.asarray(v, dtype=float)
+        d = q[:, self.pairs[:, 1]] - q[:, self.pairs[:, 0]]
+        length = np.linalg.norm(d, axis=-1)
+        safe = np.where(length > 0, length, 1.0)
+        unit = d / safe[..., None]
+        rel = v[:, self.pairs[:, 1]] - v[:, self.pairs[:, 0]]
+        c = np.where((length >= self.rest_length) & (length > 0), self.c_stretch, self.c_compress)
+        return unit, safe, rel, c
+
+    def forces(self, q, v, t):
+        unit, _, rel, c = self._state(q, v)
+        f = (c * np.sum(unit * rel, -1))[..., None] * unit
+        return self._scatter(np.stack([f, -f], axis=2))
+
+    def jacobian_pattern(self):
+        return self._pattern
+
+    def jacobian_values(self, q, v, t):
+        unit, length, rel, c = self._state(q, v)
+        uu = outer(unit, unit)
+        speed = np.sum(unit * rel, -1)
+        across = rel - speed[..., None] * unit   # (I - e e^T) w
+        g_q = (c / length)[..., None, None] * (outer(unit, across) + speed[..., None, None] * (np.eye(3) - uu))
+        g_v = c[..., None, None] * uu
+        signs = np.array([[-1.0, 1.0], [1.0, -1.0]])   # d f_i / d x_i = -G, d f_i / d x_j = G, f_j = -f_i
+        blocks = [np.einsum("ab,zsip->zsaibp", signs, g) for g in (g_q, g_v)]
+        return tuple(b.reshape(b.shape[0], -1) for b in blocks)
+
+
+class _HingeStencil:
+    """Geometry of Blender's angular springs: stencil (i, j, others_a, others_b), side normals and angle."""
+
+    def _setup_hinges(self, n_vertices, i, j, others_a, others_b):
         self.n_vertices = n_vertices
         self.stencil = np.concatenate([i[:, None], j[:, None], others_a, others_b], axis=1).astype(np.int64)
         la, lb = others_a.shape[1] + 2, others_b.shape[1] + 2
@@ -197,10 +260,14 @@ class BlenderAngularTerm(ForceTerm):
         self._cv_b = unit[1] - (unit[0] + unit[1] + is_b) / lb
         self._fa = is_a / la + (unit[0] + unit[1]) * (1.0 / la - 0.5)
         self._fb = is_b / lb + (unit[0] + unit[1]) * (1.0 / lb - 0.5)
-        self.stiffness = np.asarray(stiffness, dtype=float)
-        self.rest_angle = self._geometry(np.asarray(rest_positions, dtype=float)[None], False)[0][0]
+        # Velocity of each side's centroid relative to the hinge's midpoint (Blender's spring_angle).
+        self._wv_a = (unit[0] + unit[1] + is_a) / la - (unit[0] + unit[1]) / 2
+        self._wv_b = (unit[0] + unit[1] + is_b) / lb - (unit[0] + unit[1]) / 2
         self._scatter = VertexScatter(self.stencil, n_vertices)
         self._pattern = block_pattern(self.stencil)
+
+    def jacobian_pattern(self):
+        return self._pattern
 
     def _geometry(self, q, derivs):
         x = np.asarray(q, dtype=float)[:, self.stencil]  # (B, m, slots, 3)
@@ -233,14 +300,27 @@ class BlenderAngularTerm(ForceTerm):
                    / (cos * cos + sin * sin)[..., None, None])
         return angle, a, b, da, db, d_angle
 
+
+class BlenderAngularTerm(_HingeStencil, ForceTerm):
+    """Blender's angular bending springs for hinges whose sides have ``la`` and ``lb`` corners.
+
+    Stencil per hinge: (i, j, others_a, others_b). With ``a`` the unit normal of triangle (x_j, x_i, mid_a),
+    ``b`` that of (x_i, x_j, mid_b) (mid = centroid of the side's polygon) and ``e`` along x_i - x_j, the angle
+    is ``atan2((a x b).e, a.b)`` and ``force = k (angle - rest_angle)``; each corner of side a gets
+    ``force a / la``, of side b ``force b / lb``, and i, j each get ``-force (a + b) / 2`` on top. Not a
+    gradient field; the exact Jacobian of this force is supplied.
+    """
+
+    def __init__(self, n_vertices, i, j, others_a, others_b, stiffness, rest_positions):
+        self._setup_hinges(n_vertices, i, j, others_a, others_b)
+        self.stiffness = np.asarray(stiffness, dtype=float)
+        self.rest_angle = self._geometry(np.asarray(rest_positions, dtype=float)[None], False)[0][0]
+
     def forces(self, q, t):
         angle, a, b = self._geometry(q, False)
         force = self.stiffness * (angle - self.rest_angle)
         corner = force[..., None, None] * (self._fa[:, None] * a[..., None, :] + self._fb[:, None] * b[..., None, :])
         return self._scatter(corner)
-
-    def jacobian_pattern(self):
-        return self._pattern
 
     def jacobian_values(self, q, t):
         angle, a, b, da, db, d_angle = self._geometry(q, True)
@@ -253,6 +333,46 @@ class BlenderAngularTerm(ForceTerm):
         rows = self._fb[:, None, None, None]
         jac += rows * (force[..., None, None, None] * db.transpose(0, 1, 3, 2, 4))[:, :, None]
         return jac.reshape(jac.shape[0], -1)
+
+
+class BlenderAngularDampingTerm(_HingeStencil, VelocityTerm):
+    """Blender's damping across hinges: the angular spring's force law with ``-damping (w_a . a + w_b . b)``
+    in place of ``stiffness (angle - rest_angle)``, w_a and w_b the velocities of the sides' centroids
+    relative to the hinge's midpoint (``SIM_mass_spring_force_spring_angular``)."""
+
+    def __init__(self, n_vertices, i, j, others_a, others_b, damping):
+        self._setup_hinges(n_vertices, i, j, others_a, others_b)
+        self.damping = np.asarray(damping, dtype=float)
+
+    def _state(self, q, v):
+        vs = np.asarray(v, dtype=float)[:, self.stencil]
+        vel_a = np.einsum("s,bmsk->bmk", self._wv_a, vs)
+        vel_b = np.einsum("s,bmsk->bmk", self._wv_b, vs)
+        return vel_a, vel_b
+
+    def forces(self, q, v, t):
+        _, a, b = self._geometry(q, False)
+        vel_a, vel_b = self._state(q, v)
+        force = -self.damping * (np.sum(vel_a * a, -1) + np.sum(vel_b * b, -1))
+        corner = force[..., None, None] * (self._fa[:, None] * a[..., None, :] + self._fb[:, None] * b[..., None, :])
+        return self._scatter(corner)
+
+    def jacobian_values(self, q, v, t):
+        _, a, b, da, db, _ = self._geometry(q, True)
+        vel_a, vel_b = self._state(q, v)
+        speed = np.sum(vel_a * a, -1) + np.sum(vel_b * b, -1)
+        direction = self._fa[:, None] * a[..., None, :] + self._fb[:, None] * b[..., None, :]   # (B, m, slots, 3)
+        c = -self.damping[:, None, None, None, None]
+        # d speed / d x_slot and d speed / d v_slot
+        d_speed_q = np.einsum("bmi,bmsik->bmsk", vel_a, da) + np.einsum("bmi,bmsik->bmsk", vel_b, db)
+        d_speed_v = self._wv_a[:, None] * a[..., None, :] + self._wv_b[:, None] * b[..., None, :]
+        # jac[r, i, c, k]: d force_{r, i} / d x_{c, k}
+        jac_q = c * (direction[:, :, :, :, None, None] * d_speed_q[:, :, None, None])
+        d_dir = (self._fa[:, None, None, None] * da.transpose(0, 1, 3, 2, 4)[:, :, None]
+                 + self._fb[:, None, None, None] * db.transpose(0, 1, 3, 2, 4)[:, :, None])  # (B, m, r, i, c, k)
+        jac_q = jac_q + c * speed[..., None, None, None, None] * d_dir
+        jac_v = c * (direction[:, :, :, :, None, None] * d_speed_v[:, :, None, None])
+        return jac_q.reshape(jac_q.shape[0], -1), jac_v.reshape(jac_v.shape[0], -1)
 
 
 class BlenderCloth(Model):
@@ -270,20 +390,26 @@ class BlenderCloth(Model):
     ``kb = cb = compression / avg``, and each hinge (see ``build_hinges``) is an angular spring of stiffness
     ``0.1 * bending * rest_length``.
 
-    Air drag is ``-0.01 * air_damping * v`` per vertex, not scaled by mass (as in Blender). Spring and
-    bending damping on relative velocities are not forces of positions and are not represented; vertex-group
-    stiffness scaling, shrinking, sewing, internal springs and pressure are ignored.
+    Air drag is ``-0.01 * air_damping * v`` per vertex, not scaled by mass (as in Blender). Damping of
+    relative velocities (velocity terms, ``BlenderSpringDampingTerm``): ``tension_damping`` on stretched
+    structural springs, ``shear_damping`` on stretched shear springs, ``compression_damping`` on compressed
+    structural springs of the angular model; ``angular_damping`` across hinges (``BlenderAngularDampingTerm``).
+    Blender's linear bending springs are not damped. Vertex-group stiffness scaling, shrinking, sewing,
+    internal springs and pressure are ignored.
     """
 
     def __init__(self, rest_positions, faces, vertex_mass, tension_stiffness, compression_stiffness,
-                 shear_stiffness, bending_stiffness, air_damping=0.0, bending_model="linear", bending_damping=0.5):
+                 shear_stiffness, bending_stiffness, air_damping=0.0, bending_model="linear", bending_damping=0.5,
+                 tension_damping=0.0, compression_damping=0.0, shear_damping=0.0, angular_damping=0.0):
         if bending_model not in ("linear", "angular"):
             raise ValueError(f"bending_model must be 'linear' or 'angular', got {bending_model!r}")
         x = check_positions(rest_positions)
         n = x.shape[0]
         for name, value in (("tension_stiffness", tension_stiffness), ("compression_stiffness", compression_stiffness),
                             ("shear_stiffness", shear_stiffness), ("bending_stiffness", bending_stiffness),
-                            ("air_damping", air_damping), ("bending_damping", bending_damping)):
+                            ("air_damping", air_damping), ("bending_damping", bending_damping),
+                            ("tension_damping", tension_damping), ("compression_damping", compression_damping),
+                            ("shear_damping", shear_damping), ("angular_damping", angular_damping)):
             if not (np.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be finite and non-negative, got {value}")
         mass = np.broadcast_to(np.asarray(vertex_mass, dtype=float), (n,)).copy()
@@ -303,13 +429,21 @@ class BlenderCloth(Model):
         else:
             kb = cb = np.r_[np.full(n_struct, compression_stiffness / avg), np.zeros(n_shear)]
         self.springs = BlenderSpringTerm(n, pairs, rest, k, kb, cb)
-        terms = [self.springs]
+        terms, velocity_terms = [self.springs], []
+        c_stretch = np.r_[np.full(n_struct, tension_damping), np.full(n_shear, shear_damping), np.zeros(n_bend)]
+        c_compress = np.r_[np.full(n_struct, compression_damping if bending_model == "angular" else 0.0),
+                           np.zeros(n_shear + n_bend)]
+        if np.any(c_stretch > 0) or np.any(c_compress > 0):
+            velocity_terms.append(BlenderSpringDampingTerm(n, pairs, rest, c_stretch, c_compress))
         if bending_model == "angular":
             for i, j, others_a, others_b in build_hinges(faces, n):
                 stiffness = 0.1 * bending_stiffness * np.linalg.norm(x[i] - x[j], axis=1)
                 terms.append(BlenderAngularTerm(n, i, j, others_a, others_b, stiffness, x))
+                if angular_damping > 0:
+                    velocity_terms.append(BlenderAngularDampingTerm(n, i, j, others_a, others_b,
+                                                                    np.full(len(i), float(angular_damping))))
         self.average_spring_length = avg - _FLT_EPSILON
         self.spring_counts = {"structural": n_struct, "shear": n_shear, "bending": n_bend,
                               "angular": sum(len(t.stencil) for t in terms[1:])}
         damping = None if air_damping == 0 else np.full(n, 0.01 * air_damping)
-        super().__init__(mass, terms, damping)
+        super().__init__(mass, terms, damping, velocity_terms)

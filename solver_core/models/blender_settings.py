@@ -7,16 +7,21 @@ Blender integrates cloth in its own time unit tau, not seconds (Blender 4.x sour
   ``cloth.cc``) and ``timescale = framelen * time_scale`` (``clothModifier_do``; ``framelen`` is 1 without
   time remapping, ``BKE_ptcache_id_time``). So a frame lasts ``time_scale`` tau, in ``quality`` sub-steps.
 - ``cloth_calc_force`` applies gravity ``mass * 0.001 * scene_gravity * effector_weights.gravity`` and drag
-  ``-0.01 * air_damping * v`` (``SIM_mass_spring_force_drag``: no mass factor), all in tau units.
+  ``-0.01 * air_damping * v`` (``SIM_mass_spring_force_drag``: no mass factor), all in tau units;
+  ``cloth_calc_spring_force`` damps relative velocities along springs with ``tension_damping``,
+  ``compression_damping``, ``shear_damping`` and across hinges with ``bending_damping`` (angular model).
+- ``SIM_mass_spring_solve_velocities`` takes one linearized backward-Euler step per sub-step, the scheme
+  ``"linearized"`` of ``solver_core.scheme``.
 
 Taking one tau as ``1 / fps`` seconds turns Blender's equations ``m x'' = F + ...`` (' = d/dtau) into
-seconds by multiplying every force by ``fps**2`` and the drag coefficient by ``fps``: the model below has
-stiffnesses ``fps**2`` times the settings, air damping ``fps`` times, and gravity ``0.001 * fps**2 * g``.
+seconds by multiplying every force by ``fps**2`` and every damping coefficient by ``fps``: the model below
+has stiffnesses ``fps**2`` times the settings, damping coefficients ``fps`` times, and gravity
+``0.001 * fps**2 * g``.
 The Speed Multiplier then only stretches time: a frame lasts ``time_scale / fps`` seconds.
 
-Not mapped (``BlenderCloth`` has no such terms): the spring damping settings (tension, compression, shear
-damping and the angular springs' velocity damping), internal springs, pressure, shrinking, sewing,
-per-vertex stiffness groups, collisions and force fields.
+Not mapped (``BlenderCloth`` has no such terms): internal springs, pressure, shrinking, sewing, per-vertex
+stiffness groups, collisions and force fields. Blender evaluates the angular springs explicitly (no
+Jacobian); the linearized scheme linearizes them with the other forces.
 """
 import numpy as np
 
@@ -36,6 +41,9 @@ CLOTH_SETTINGS_DEFAULTS = {
     "air_damping": 1.0,
     "bending_model": "ANGULAR",
     "bending_damping": 0.5,
+    "tension_damping": 5.0,
+    "compression_damping": 5.0,
+    "shear_damping": 5.0,
     "quality": 5,
     "time_scale": 1.0,
 }
@@ -75,6 +83,10 @@ def blender_cloth_problem_parts(rest_positions, faces, settings, fps, frame_step
         bending_stiffness=force_scale * settings["bending_stiffness"],
         air_damping=fps * settings["air_damping"],
         bending_model=str(settings["bending_model"]).lower(),
-        bending_damping=settings["bending_damping"])
+        bending_damping=settings["bending_damping"],
+        tension_damping=fps * settings["tension_damping"],
+        compression_damping=fps * settings["compression_damping"],
+        shear_damping=fps * settings["shear_damping"],
+        angular_damping=fps * settings["bending_damping"])
     model = cloth.add(Gravity(cloth.mass, GRAVITY_SCALE * force_scale * np.asarray(gravity, dtype=float)))
     return model, int(frame_step) * time_scale / fps, int(frame_step) * int(settings["quality"])

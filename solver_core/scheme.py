@@ -1,0 +1,89 @@
+"""Time discretizations of the equations of motion: the residual of one step and its derivative parts.
+
+Row j couples q_{j-1}, q_j, q_{j+1}. With a_j = (q_{j+1} - 2 q_j + q_{j-1}) / h^2 and v_k = (q_k - q_{k-1}) / h:
+
+  symplectic (eq. 14): u_j = M a_j + D v_j     - F(q_j)     - G(q_j, v_j)
+  backward   (eq. 13): u_j = M a_j + D v_{j+1} - F(q_{j+1}) - G(q_{j+1}, v_{j+1})
+  linearized:          u_j = M a_j + D v_{j+1} - F(q_j) - dF/dq(q_j) (q_{j+1} - q_j) - G(q_j, v_{j+1})
+
+F: position forces, D: the model's per-vertex linear drag, G: its velocity terms (linear in v). "linearized"
+is backward Euler with the forces linearized at the current state, one Newton step per step (Baraff and
+Witkin 1998): the integrator of Blender's cloth, so its caches have a small residual under it.
+
+The derivative of u_j with respect to q_{j+o} is a diagonal (inertia, drag) plus sparse parts on the
+model's fixed Jacobian patterns. For "linearized" the part d/dq_j [dF/dq(q_j) s] (s = q_{j+1} - q_j) is the
+derivative of the force Jacobian along s (second derivatives commute), ``Model.jacobian_derivative``.
+"""
+import numpy as np
+
+SCHEMES = ("symplectic", "backward", "linearized")
+# (step offset of the positions the forces see, step offset k of the velocity v_k they see)
+_OFFSETS = {"symplectic": (0, 0), "backward": (1, 1), "linearized": (0, 1)}
+
+
+def offsets(scheme):
+    """``(position offset, velocity offset)`` of the forces in row j relative to j."""
+    return _OFFSETS[scheme]
+
+
+def _drag(model):
+    return np.zeros(model.n_vertices) if model.damping is None else model.damping
+
+
+def step_rows(prob, q_prev, q_here, q_next, j):
+    """Residual forces u_j ``(B, n, 3)`` of rows ``j`` ``(B,)`` from the states of each row (pinned rows included)."""
+    model, h = prob.model, prob.h
+    p_off, v_off = offsets(prob.scheme)
+    states = {-1: q_prev, 0: q_here, 1: q_next}
+    x = states[p_off]
+    v = (states[v_off] - states[v_off - 1]) / h
+    t = prob.step_times(np.asarray(j) + p_off)
+    u = model.mass[:, None] * (q_next - 2 * q_here + q_prev) / h ** 2 + _drag(model)[:, None] * v
+    u = u - model.forces(x, t)
+    if model.velocity_terms:
+        u = u - model.velocity_forces(x, v, t)
+    if prob.scheme == "linearized":
+        u = u - model.jacobian_dot(x, t, q_next - q_here)
+    return u
+
+
+def diagonals(prob):
+    """``{offset: (3n,)}``: the inertia and drag coefficients of du_j/dq_{j+offset}."""
+    model, h = prob.model, prob.h
+    m = np.repeat(model.mass, 3)
+    d = np.repeat(_drag(model), 3)
+    _, v_off = offsets(prob.scheme)
+    coeff = {1: m / h ** 2, 0: -2 * m / h ** 2, -1: m / h ** 2}
+    coeff[v_off] = coeff[v_off] + d / h
+    coeff[v_off - 1] = coeff[v_off - 1] - d / h
+    return coeff
+
+
+def derivative_pattern(prob):
+    """``[(offset, rows, cols)]``: the sparse parts of du_j/dq_{j+offset} on the model's patterns."""
+    model = prob.model
+    p_off, v_off = offsets(prob.scheme)
+    frows, fcols = model.jacobian_pattern()
+    parts = [(1, frows, fcols), (0, frows, fcols)] if prob.scheme == "linearized" else [(p_off, frows, fcols)]
+    if model.velocity_terms:
+        vrows, vcols = model.velocity_jacobian_pattern()
+        parts += [(p_off, vrows, vcols), (v_off, vrows, vcols), (v_off - 1, vrows, vcols)]
+    return parts
+
+
+def derivative_values(prob, q_prev, q_here, q_next, j):
+    """Values ``(B, nnz)`` of each part of ``derivative_pattern`` for rows ``j``, in its order."""
+    model, h = prob.model, prob.h
+    p_off, v_off = offsets(prob.scheme)
+    states = {-1: q_prev, 0: q_here, 1: q_next}
+    x = states[p_off]
+    t = prob.step_times(np.asarray(j) + p_off)
+    stiffness = model.jacobian_values(x, t)
+    values = [-stiffness]
+    if prob.scheme == "linearized":
+        values.append(-model.jacobian_derivative(x, t, q_next - q_here))
+    if model.velocity_terms:
+        v = (states[v_off] - states[v_off - 1]) / h
+        d_dq, d_dv = model.velocity_jacobian_values(x, v, t)
+        values += [-d_dq, -d_dv / h, d_dv / h]
+    return values
