@@ -2,8 +2,11 @@
 state), Cancel, Restore Simulation and Physics Defaults.
 
 Everything that touches bpy data runs here on the main thread: gathering before the solve, writing after
-it. Cancel or failure writes nothing. From scripts and in background mode (no event loop, timers never
-fire) ``execute`` runs the same job inline.
+it. Cancel or failure writes nothing. In the modal run the worker thread hands the physical solve to a
+child Python process (worker.SolveJob, solve_process) so that the solver's numpy / SciPy work does not
+hold the GIL the interface needs; without a usable Python it solves in the thread (the message says so).
+From scripts and in background mode (no event loop, timers never fire; nothing to keep responsive)
+``execute`` runs the same job inline, in this process.
 """
 import os
 
@@ -54,11 +57,19 @@ def write_output(context, gathered, q, output, path):
     return os.path.basename(path)
 
 
-def _tag_redraw(context):
+def _tag_redraw(context, sidebar_only=False):
+    """Redraw the 3D viewports, or only their sidebars (the progress: nothing in the viewport changes
+    during a solve, and redrawing a whole viewport ten times a second is wasted work)."""
     for window in context.window_manager.windows:
         for area in window.screen.areas:
-            if area.type == "VIEW_3D":
+            if area.type != "VIEW_3D":
+                continue
+            if not sidebar_only:
                 area.tag_redraw()
+                continue
+            for region in area.regions:
+                if region.type == "UI":
+                    region.tag_redraw()
 
 
 class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
@@ -74,7 +85,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         return obj is not None and obj.type == "MESH"
 
     def invoke(self, context, event):
-        if not self._start(context):
+        if not self._start(context, python="auto"):
             return {"CANCELLED"}
         _job.start()
         wm = context.window_manager
@@ -109,8 +120,9 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             _job = None
         context.scene.cyclic_loop_run.running = False
 
-    def _start(self, context):
-        """Gather the scene and create the job; False (with a report) when refused or invalid."""
+    def _start(self, context, python=None):
+        """Gather the scene and create the job (solving in ``python``, see worker.SolveJob); False (with a
+        report) when refused or invalid."""
         global _job
         run = context.scene.cyclic_loop_run
         if _job is not None:
@@ -127,23 +139,28 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             self.report({"ERROR"}, str(exc))
             run.message = f"Not started: {exc}"
             return False
-        _job = SolveJob(gathered, options, settings.method)
+        _job = SolveJob(gathered, options, settings.method, python=python)
         self._method, self._init, self._max_iters = settings.method, settings.init, settings.max_iters
-        self._object_name, self._output = obj.name, settings.output
+        self._object_name, self._output, self._shown = obj.name, settings.output, None
         self._path = "" if settings.output == "SHAPE_KEYS" else output_path(settings)
         run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, 0.0
         run.redraws, run.message = 0, ""
         return True
 
     def _sync(self, context):
-        """Copy the job's latest progress into the run state and redraw the sidebars."""
+        """Copy the job's latest progress into the run state; redraw the sidebars when it changed."""
         run = context.scene.cyclic_loop_run
+        if _job.notes and not run.message:
+            run.message = "Note: " + "; ".join(_job.notes)
         for info in _job.progress():
             run.phase, run.iteration, run.loss = info["phase"], info["iteration"], info["loss"]
             run.progress = max(run.progress, progress_fraction(info["phase"], info["iteration"], self._max_iters,
                                                                self._init))
-        run.redraws += 1
-        _tag_redraw(context)
+        shown = (run.phase, run.iteration, run.loss, run.progress, run.message, _job.where)
+        if shown != self._shown:
+            self._shown = shown
+            run.redraws += 1
+            _tag_redraw(context, sidebar_only=True)
 
     def _finish(self, context):
         """Main thread, job done: write the loop and the report, or report why not."""
@@ -173,6 +190,8 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         run.init_used, run.fallback_reason = rep["init_used"], rep["fallback_reason"]
         run.iterations = rep["fast_projection_iterations"] + rep["gauss_newton_iterations"]
         run.progress, run.message = 1.0, f"Loop written as {written}"
+        if job.notes:
+            run.message += " (note: " + "; ".join(job.notes) + ")"
         self.report({"INFO"}, f"Seam jump {run.seam_before:.3g} -> {run.seam_after:.3g}, residual "
                               f"{run.residual:.3g}, {run.seconds:.1f} s ({run.init_used})")
         return {"FINISHED"}

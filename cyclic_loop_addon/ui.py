@@ -37,6 +37,9 @@ def _draw_running(layout, run):
     col.label(text=f"Phase: {PHASES.get(run.phase, run.phase)}")
     col.label(text=f"Iteration: {run.iteration}")
     col.label(text=f"Loss: {run.loss:.4g}")
+    where = getattr(operators._job, "where", None)
+    if where is not None:
+        col.label(text="In a separate Python process" if where == "process" else "Inside Blender")
     row = box.row()
     row.scale_y = 1.5
     row.operator(operators.CYCLICLOOP_OT_cancel.bl_idname, text="Cancel (Esc)", icon="CANCEL")

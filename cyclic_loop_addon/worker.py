@@ -1,10 +1,20 @@
 """A loop solve on a worker thread. No bpy here: the gathered problem comes in as numpy, progress goes
-out through a queue, and the main thread polls (modal timer) or runs the job inline (background)."""
+out through a queue, and the main thread polls (modal timer) or runs the job inline (background).
+
+With ``python`` set, the worker thread hands the physical solve to a child Python process
+(solve_process) and only waits for it, so the heavy numpy / SciPy work does not hold Blender's GIL and
+the interface keeps redrawing; Cancel terminates the child. Without a usable Python the solve runs in
+the thread itself, and the report's notes say so.
+"""
 import queue
+import shutil
+import subprocess
+import tempfile
 import threading
 import time
 
-from . import solve
+from . import solve, solve_process
+from .errors import LoopSolveError
 from .solver import sc
 
 METHODS = ("physical", "crossfade")
@@ -37,23 +47,35 @@ class SolveJob:
     """Make the loop of ``gathered`` (scene_io.Gathered) with ``settings`` (scene_io.LoopSettings) by
     ``method``: "physical" (solve.solve) or "crossfade" (the baseline blend of the source cache).
 
-    Afterwards exactly one of ``q`` + ``report`` (success), ``cancelled`` or ``error`` is set.
+    ``python``: where a physical solve runs: None in this process (the calling or worker thread), "auto"
+    in a child process of the first usable Python of ``solve_process.find_python`` (else in this process,
+    with a note), or the path of the Python to use (probed first, the same way).
+
+    Afterwards exactly one of ``q`` + ``report`` (success), ``cancelled`` or ``error`` is set;
+    ``where`` says where the solve ran ("process" or "thread"), ``notes`` why not in a process.
     """
 
-    def __init__(self, gathered, settings, method="physical"):
+    def __init__(self, gathered, settings, method="physical", python=None):
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         self.gathered = gathered
         self.settings = settings
         self.method = method
+        self.python = python
         self.q = None
         self.report = None
         self.cancelled = False
         self.error = None
+        self.where = None
+        self.notes = []
+        self.folder = None          # the child's job folder while it runs (removed afterwards)
+        self.child_pid = None
         self._finished = threading.Event()
         self._cancel = threading.Event()
         self._progress = queue.Queue()
         self._thread = None
+        self._child = None          # the running solve_process child (a Popen)
+        self._child_lock = threading.Lock()
 
     def start(self):
         """Run the job on a daemon thread."""
@@ -70,8 +92,12 @@ class SolveJob:
             self._finished.set()
 
     def cancel(self):
-        """Ask the solver to stop after its current iteration; nothing will be written."""
+        """Stop the solve: a child process is terminated at once, a solve in a thread stops after its
+        current iteration; nothing will be written."""
         self._cancel.set()
+        with self._child_lock:
+            if self._child is not None and self._child.poll() is None:
+                self._child.terminate()
 
     @property
     def cancel_requested(self):
@@ -100,14 +126,92 @@ class SolveJob:
 
     def _solve(self):
         t0 = time.perf_counter()
+        self.where = "thread"
         if self.method == "crossfade":
             self._callback(dict(phase="crossfade", iteration=0, loss=float("nan")))
             q = sc.crossfade_loop(self.gathered.source)
             report = crossfade_report(self.gathered, q, time.perf_counter() - t0)
         else:
-            result = solve.solve(self.gathered, self.settings, callback=self._callback)
-            q, report = result.q, None if result.cancelled else solve.report(self.gathered, result)
+            python = self._python()
+            q, report = self._solve_in_thread() if python is None else self._solve_in_process(python)
+            if report is not None and self.notes:
+                report["notes"] = list(report.get("notes", [])) + self.notes
         if self._cancel.is_set():
             self.cancelled = True
         else:
             self.q, self.report = q, report
+
+    def _solve_in_thread(self):
+        """(q, report) of solve.solve in this thread; report None when cancelled."""
+        result = solve.solve(self.gathered, self.settings, callback=self._callback)
+        return result.q, None if result.cancelled else solve.report(self.gathered, result)
+
+    def _python(self):
+        """The Python to solve in, or None (solve in this thread; ``notes`` say why when one was wanted)."""
+        if self.python is None:
+            return None
+        if self.python == "auto":
+            python, reason = solve_process.find_python()
+        else:
+            usable, reason = solve_process.probe(self.python)
+            python = self.python if usable else None
+        if python is None:
+            self.notes.append(f"solved inside Blender, which may not redraw during the solve: {reason}")
+        return python
+
+    def _solve_in_process(self, python):
+        """(q, report) from a child process; (None, None) when cancelled. Errors the child reports are
+        raised again as the same exceptions (class and message); a child that dies says so."""
+        folder = self.folder = tempfile.mkdtemp(prefix="cyclic_loop_")
+        try:
+            try:
+                solve_process.write_job(folder, self.gathered, self.settings)
+            except TypeError as exc:
+                self.notes.append(f"solved inside Blender, which may not redraw during the solve: {exc}")
+                return self._solve_in_thread()
+            self.where = "process"
+            with self._child_lock:
+                if self._cancel.is_set():
+                    return None, None
+                child = self._child = solve_process.start(python, folder)
+                self.child_pid = child.pid
+            try:
+                for line in child.stdout:
+                    info = solve_process.parse_progress(line)
+                    if info is not None:
+                        self._progress.put(info)
+                    elif line.strip():
+                        print(line, end="")
+                status = child.wait()
+            finally:
+                self._stop_child()
+            if self._cancel.is_set():
+                return None, None
+            if status == 0:
+                return solve_process.read_result(folder)
+            error = solve_process.read_error(folder)
+            if error is not None:
+                raise error
+            raise LoopSolveError(f"the solver process stopped unexpectedly (exit status {status}); "
+                                 "see the system console")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _stop_child(self):
+        """Make sure the child has ended (terminate, then kill) and close its pipes."""
+        with self._child_lock:
+            child, self._child = self._child, None
+        if child is None:
+            return
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        for pipe in (child.stdin, child.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import bpy
 import numpy as np
 
+from . import compat
 from .errors import LoopInputError, LoopSolveError
 
 MARKER = "cyclic_loop"              # custom property on a looped object: what to undo
@@ -169,7 +170,7 @@ def attach_mesh_cache(gathered, filepath):
     mod.interpolation = "LINEAR"
     physics = obj.modifiers.get(gathered.physics_modifier)
     if physics is not None:
-        obj.modifiers.move(len(obj.modifiers) - 1, list(obj.modifiers).index(physics))
+        compat.move_modifier(obj, mod, list(obj.modifiers).index(physics))
         physics.show_viewport = physics.show_render = False
     driver = mod.driver_add("eval_frame").driver
     driver.type = "SCRIPTED"

@@ -3,13 +3,16 @@
     blender --enable-event-simulate SAMPLE.blend --python tests/gui_driver.py -- ADDON_ZIP SHOT_DIR RESULT_JSON
 
 Installs the legacy add-on zip, opens the Loop tab (clicks on the sidebar's tabs), clicks
-Make Loop, presses Esc once the progress bar moves (cancel), clicks Make Loop again and lets it finish,
-saving screenshots during and after the run. Every step runs from a timer, so the window keeps handling
-events between steps; the observations go to RESULT_JSON for the test to judge, then Blender quits.
+Make Loop, presses Esc once the progress bar moves (cancel), clicks Make Loop again and lets it finish
+while orbiting the view, saving screenshots during and after the run and timing the waits between
+timer ticks, between viewport redraws and for the GIL (main-thread stalls). Every step runs from a
+timer, so the window keeps handling events between steps; the observations go to RESULT_JSON for the
+test to judge, then Blender quits.
 """
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 
@@ -17,11 +20,13 @@ import bpy
 
 ADDON_ZIP, SHOT_DIR, RESULT_JSON = sys.argv[sys.argv.index("--") + 1:][:3]
 TICK = 0.05
-MAX_ITERS = 12
+ORBIT_TICKS = 10        # during the solve, orbit the view every this many ticks (an artist at work)
+MAX_ITERS = 6
+N_FRAMES = 12           # a short loop: a quick solve
 TIMEOUT = 240.0
 
 result = dict(samples=[], errors=[], screenshots={})
-state = dict(panel_draws=0, viewport_draws=0, started=time.monotonic())
+state = dict(panel_draws=0, viewport_draws=0, started=time.monotonic(), draw_times=[])
 
 
 def count_panel_draw(self, context):
@@ -30,6 +35,7 @@ def count_panel_draw(self, context):
 
 def count_viewport_draw():
     state["viewport_draws"] += 1
+    state["draw_times"].append(time.monotonic())
 
 
 def view3d():
@@ -53,6 +59,15 @@ def make_loop_button():
     return region.x + region.width // 2 - int(10 * scale), region.y + region.height - int(58 * scale)
 
 
+def orbit_view(step):
+    """Turn the 3D view a little (view3d.view_orbit), as an artist looking around during the solve:
+    right on even steps, back left on odd ones."""
+    window, area, _ = view3d()
+    region = next(r for r in area.regions if r.type == "WINDOW")
+    with bpy.context.temp_override(window=window, area=area, region=region):
+        return bpy.ops.view3d.view_orbit(angle=0.1, type="ORBITLEFT" if step % 2 else "ORBITRIGHT")
+
+
 def screenshot(name):
     window, area, _ = view3d()
     path = os.path.join(SHOT_DIR, f"{name}.png")
@@ -72,11 +87,40 @@ def snapshot(obj):
                 coords=[tuple(round(c, 6) for c in v.co) for v in obj.data.vertices])
 
 
+def solving_in():
+    """Where the running Make Loop solves ("process" or "thread"), None before it has started."""
+    job = sys.modules["cyclic_loop.cyclic_loop_addon.operators"]._job
+    return None if job is None else getattr(job, "where", "thread")
+
+
 def sample(run, label):
     result["samples"].append(dict(label=label, t=round(time.monotonic() - state["started"], 3),
                                   running=run.running, phase=run.phase, iteration=run.iteration,
                                   progress=run.progress, loss=run.loss, timer_redraws=run.redraws,
                                   panel_draws=state["panel_draws"], viewport_draws=state["viewport_draws"]))
+
+
+class GilProbe(threading.Thread):
+    """Sleeps PERIOD seconds over and over and keeps the longest extra wait before it ran again: a
+    waking thread needs the GIL, so this is how long Blender's Python (timers, drawing, operators) can
+    be held up by other Python threads, such as a solver running in Blender's own process."""
+
+    PERIOD = 0.01
+
+    def __init__(self):
+        super().__init__(name="gil-probe", daemon=True)
+        self.stop, self.longest = threading.Event(), 0.0
+
+    def run(self):
+        while not self.stop.is_set():
+            t = time.monotonic()
+            time.sleep(self.PERIOD)
+            self.longest = max(self.longest, time.monotonic() - t - self.PERIOD)
+
+
+def longest_gap(times):
+    """The longest time (s) between consecutive entries of ``times`` (None: a break, not counted)."""
+    return max((b - a for a, b in zip(times, times[1:]) if a is not None and b is not None), default=float("inf"))
 
 
 def steps():
@@ -92,11 +136,13 @@ def steps():
     bpy.context.view_layer.objects.active = obj
     window, area, region = view3d()
     area.spaces[0].show_region_ui = True
+    bpy.context.preferences.view.smooth_view = 0    # an orbit is one redraw, not an animation
     yield
     settings = obj.cyclic_loop_settings
     with bpy.context.temp_override(window=window, area=area):
         assert bpy.ops.cyclic_loop.physics_defaults() == {"FINISHED"}
-    settings.frame_start, settings.frame_end = scene["loop_frames"]
+    settings.frame_start = scene["loop_frames"][0]
+    settings.frame_end = settings.frame_start + N_FRAMES - 1
     settings.substeps, settings.max_iters = 1, MAX_ITERS
     # Open the Loop tab: click down the sidebar's tab strip (Item, Tool, View, ...) until our panel draws.
     window, area, region = view3d()
@@ -122,6 +168,7 @@ def steps():
     result["run1_started"] = run.running
     deadline = time.monotonic() + TIMEOUT
     while run.running and run.progress == 0.0 and time.monotonic() < deadline:
+        result["run1_solving_in"] = solving_in() or result.get("run1_solving_in")
         sample(run, "run1")
         yield
     sample(run, "run1")
@@ -145,15 +192,32 @@ def steps():
             break
     result["run2_started"] = run.running
     deadline = time.monotonic() + TIMEOUT
+    ticks, draws_from, probe = [], len(state["draw_times"]), GilProbe()
+    probe.start()
     while run.running and time.monotonic() < deadline:
+        ticks.append(time.monotonic())
+        result["run2_solving_in"] = solving_in() or result.get("run2_solving_in")
         sample(run, "run2")
+        if len(ticks) % ORBIT_TICKS == 0:
+            orbits = result.setdefault("orbits", [])
+            orbits.extend(orbit_view(len(orbits)))
         if "second_make_loop" not in result and run.progress > 0.0:
             with bpy.context.temp_override(window=window, area=area, region=region):
                 result["second_make_loop"] = sorted(bpy.ops.cyclic_loop.make_loop("INVOKE_DEFAULT"))
         if "panel_during" not in result["screenshots"] and run.progress >= 0.6:
             screenshot("panel_during")
+            ticks.append(None)      # the screenshot's own wait is not a stall of the window
         yield
+    probe.stop.set()
+    probe.join()
     sample(run, "run2")
+    result["run2_longest_gil_wait"] = probe.longest
+    # Main-thread stalls during the solve: the longest wait between this scenario's timer ticks
+    # (TICK apart when the window is idle) and between viewport redraws (orbits, ORBIT_TICKS apart).
+    times = [t for t in ticks if t is not None]
+    result["run2_seconds"] = times[-1] - times[0] if times else 0.0
+    result["run2_longest_tick_gap"] = longest_gap(ticks)
+    result["run2_longest_draw_gap"] = longest_gap([t for t in state["draw_times"][draws_from:] if t <= times[-1]])
     yield
     screenshot("panel_after")
     result["run2_message"] = run.message

@@ -2,9 +2,12 @@
 machinery into a temporary repository, registered / unregistered / registered again, and Make Loop run
 end to end (inline: the bpy module has no event loop, so the modal path is tested under Xvfb)."""
 import os
+import signal
 import subprocess
 import sys
+import time
 
+import numpy as np
 import pytest
 
 bpy = pytest.importorskip("bpy")
@@ -144,3 +147,94 @@ def test_second_make_loop_refused_and_cancel_writes_nothing(installed):
         operators._job = None
     assert job.cancelled and job.q is None and job.error is None
     assert loop_keys(obj) == [] and obj.get("cyclic_loop") is None
+
+
+# The modal Make Loop solves in a child Python process (worker.SolveJob with python="auto"). The bpy
+# module has no event loop, so these tests run that job directly, on the installed extension (whose
+# module names, bl_ext.<repo>.cyclic_loop..., the child must reproduce to read the saved problem).
+
+
+def addon_module(name):
+    return sys.modules[f"{MODULE}.cyclic_loop_addon.{name}"]
+
+
+def quick_job(obj, settings, iterations=1, init="cache", frames=12, **job_options):
+    """A SolveJob of a short, quick solve of the open sample (a crossfade of the cache as initial guess)."""
+    options = addon_module("operators").loop_settings(obj, settings, bpy.context)
+    options.iterations, options.init = iterations, init
+    options.frame_end = options.frame_start + frames - 1
+    return addon_module("worker").SolveJob(addon_module("scene_io").gather(options), options, **job_options)
+
+
+def wait_for_progress(job, timeout=120):
+    """The first progress dicts of a started job (empty when it ended or timed out without any)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not job.done:
+        items = job.progress()
+        if items:
+            return items
+        time.sleep(0.05)
+    return []
+
+
+def test_child_process_solves_like_the_thread(installed):
+    obj, settings = open_sample("flag")
+    in_process, in_thread = quick_job(obj, settings, python="auto"), quick_job(obj, settings)
+    in_process.run()
+    in_thread.run()
+    assert in_process.error is None and in_thread.error is None
+    assert (in_process.where, in_thread.where, in_process.notes) == ("process", "thread", [])
+    assert not os.path.exists(in_process.folder)
+    assert np.array_equal(in_process.q, in_thread.q)
+    strip = lambda rep: {k: v for k, v in rep.items() if k != "seconds"}  # noqa: E731
+    assert strip(in_process.report) == strip(in_thread.report)
+    # The child's progress lines arrive as the thread's callbacks do.
+    assert in_process.progress() == in_thread.progress() != []
+
+
+def test_cancel_terminates_the_child_and_writes_nothing(installed):
+    obj, settings = open_sample("flag")
+    job = quick_job(obj, settings, iterations=10_000, python="auto")
+    job.start()
+    assert wait_for_progress(job), "the child reported no progress"
+    pid = job.child_pid
+    job.cancel()
+    assert job.wait(30), "the job did not end after cancel"
+    assert job.cancelled and job.q is None and job.report is None and job.error is None
+    assert job.where == "process" and not os.path.exists(job.folder)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)     # ended and reaped
+    assert loop_keys(obj) == [] and obj.get("cyclic_loop") is None
+
+
+def test_child_errors_come_back_as_before(installed):
+    obj, settings = open_sample("flag")
+    # An error the solve raises (LoopSolveError): the same class and message as in the thread.
+    in_process = quick_job(obj, settings, init="nonsense", python="auto")
+    in_thread = quick_job(obj, settings, init="nonsense")
+    in_process.run()
+    in_thread.run()
+    assert in_process.where == "process"
+    assert type(in_process.error) is type(in_thread.error) is addon_module("errors").LoopSolveError
+    assert str(in_process.error) == str(in_thread.error) and "unknown init" in str(in_process.error)
+    # A child that dies: a clear message, nothing written.
+    job = quick_job(obj, settings, iterations=10_000, python="auto")
+    job.start()
+    assert wait_for_progress(job), "the child reported no progress"
+    os.kill(job.child_pid, signal.SIGKILL)
+    assert job.wait(30)
+    assert not job.cancelled and job.q is None
+    assert "the solver process stopped unexpectedly (exit status -9)" in str(job.error)
+    assert not os.path.exists(job.folder)
+
+
+def test_without_a_usable_python_the_thread_solves(installed, tmp_path):
+    obj, settings = open_sample("flag")
+    not_python = tmp_path / "python"
+    not_python.write_text("#!/bin/sh\nexit 1\n")
+    not_python.chmod(0o755)
+    job = quick_job(obj, settings, python=str(not_python))
+    job.run()
+    assert job.error is None and job.where == "thread" and job.q is not None
+    assert len(job.notes) == 1 and job.notes[0].startswith("solved inside Blender")
+    assert job.report["notes"][-1] == job.notes[0]

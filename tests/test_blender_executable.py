@@ -86,6 +86,56 @@ def test_make_loop_in_blender(legacy_addon, flag_blend):
     assert bpy.ops.cyclic_loop.restore() == {"FINISHED"}
 
 
+def test_solve_in_a_child_process(legacy_addon, flag_blend):
+    """Make Loop's background solve runs in a child Python found from this Blender (its sys.executable
+    or the system Python 3.11 Debian's Blender is built on) and gives the loop of the in-thread solve."""
+    worker = sys.modules["cyclic_loop.cyclic_loop_addon.worker"]
+    scene_io = sys.modules["cyclic_loop.cyclic_loop_addon.scene_io"]
+    bpy.ops.wm.open_mainfile(filepath=flag_blend)
+    start = bpy.context.scene["loop_frames"][0]
+    options = scene_io.LoopSettings(objects=("Flag",), frame_start=start, frame_end=start + 11, substeps=1,
+                                    iterations=1, init="cache")
+    gathered = scene_io.gather(options)
+    in_process, in_thread = worker.SolveJob(gathered, options, python="auto"), worker.SolveJob(gathered, options)
+    in_process.run()
+    in_thread.run()
+    assert in_process.error is None and in_thread.error is None, (in_process.error, in_thread.error)
+    assert (in_process.where, in_process.notes) == ("process", [])
+    assert (in_process.q == in_thread.q).all()
+    assert in_process.report["loop"] == in_thread.report["loop"]
+
+
+def test_pc2_export_with_mesh_cache_modifier(legacy_addon, flag_blend, tmp_path):
+    """Output PC2: the file is written and played by a looping Mesh Cache modifier that takes the cloth
+    modifier's place in the stack (Blender 3.4 has no ``modifiers.move``: the operator moves it)."""
+    export = sys.modules["cyclic_loop.cyclic_loop_addon.export"]
+    bpy.ops.wm.open_mainfile(filepath=flag_blend)
+    scene = bpy.context.scene
+    obj = bpy.data.objects["Flag"]
+    for ob in scene.objects:
+        ob.select_set(ob is obj)
+    bpy.context.view_layer.objects.active = obj
+    assert bpy.ops.cyclic_loop.physics_defaults() == {"FINISHED"}
+    settings = obj.cyclic_loop_settings
+    settings.frame_start, settings.frame_end = scene["loop_frames"]
+    settings.substeps, settings.max_iters = 1, 2
+    settings.output, settings.filepath = "PC2", str(tmp_path / "flag_loop")
+    assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
+    assert scene.cyclic_loop_run.message == "Loop written as flag_loop.pc2"
+    points, start, rate = export.read_pc2(str(tmp_path / "flag_loop.pc2"))
+    n_frames = settings.frame_end - settings.frame_start + 1
+    assert points.shape == (n_frames, len(obj.data.vertices), 3) and (start, rate) == (0.0, 1.0)
+    assert [(m.type, m.show_viewport) for m in obj.modifiers] == [("MESH_CACHE", True), ("CLOTH", False)]
+    assert obj.modifiers[0].filepath == str(tmp_path / "flag_loop.pc2")
+    for frame, k in ((settings.frame_start, 0), (settings.frame_start + 5, 5), (settings.frame_end + 1, 0)):
+        scene.frame_set(frame)
+        mesh = obj.evaluated_get(bpy.context.evaluated_depsgraph_get()).data
+        co = [tuple(v.co) for v in mesh.vertices]
+        assert max(abs(a - b) for v, p in zip(co, points[k]) for a, b in zip(v, p)) < 1e-5, (frame, k)
+    assert bpy.ops.cyclic_loop.restore() == {"FINISHED"}
+    assert [(m.type, m.show_viewport) for m in obj.modifiers] == [("CLOTH", True)]
+
+
 def test_headless_bake(flag_blend, tmp_path):
     out, report = tmp_path / "flag_loop.blend", tmp_path / "report.json"
     proc = blender_run(flag_blend, "--python", os.path.join(ROOT, "cyclic_loop_addon", "bake.py"), "--",
