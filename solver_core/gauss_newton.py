@@ -1,11 +1,14 @@
 """Gauss–Newton on the loop loss (paper Algorithm 1) with backtracking line search."""
 import time
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
 
 from .linsolve import NotPositiveDefinite, make_backend
 from .residual import ResidualJacobian, loss, penalty_terms, residual_steps
+
+_MAX_DAMPING_RAISES = 4  # Marquardt damping raises per iteration before the line search gives up
 
 
 def _penalty_gradient_and_diagonal(prob, q, free_flat):
@@ -23,9 +26,14 @@ def _penalty_gradient_and_diagonal(prob, q, free_flat):
 class GaussNewton:
     """Minimizes ``loss(prob, q)`` over the free unknowns of ``prob``.
 
+    Each direction solves (J^T B J + damping diag(J^T B J)) d = -g, damping 0 (plain Gauss–Newton) until
+    a step overshoots (Marquardt: raised when the line search cuts the step below 1/2 or fails, relaxed
+    after full steps), then a backtracking line search on the loss.
+
     One instance keeps the residual-Jacobian pattern and the linear-solver backend (and so its
     symbolic factorization) for all its iterations. A problem-aware backend (one with ``bind``, such
-    as "structured") computes gradient and direction itself: ``bind(prob)``, then ``step(q, u)``. ``history`` lists per-iteration dicts with
+    as "structured") computes gradient and direction itself: ``bind(prob)``, then per iteration
+    ``g = linearize(q, u)`` and ``direction(g, damping)``. ``history`` lists per-iteration dicts with
     iteration, loss, step (line-search factor), step_norm and seconds.
     """
 
@@ -58,8 +66,10 @@ class GaussNewton:
             H = H + sp.diags(pdiag, format="csc")
         return H, g + pg
 
-    def direction(self, H, g):
-        """Solve H d = -g; if H is singular, retry with a growing Levenberg shift."""
+    def direction(self, H, g, damping=0.0):
+        """Solve (H + damping diag(H)) d = -g; if singular, retry with a growing Levenberg shift."""
+        if damping > 0:
+            H = (H + sp.diags(damping * H.diagonal())).tocsc()
         shift = 0.0
         scale = float(H.diagonal().mean())
         for _ in range(8):
@@ -69,6 +79,20 @@ class GaussNewton:
             except NotPositiveDefinite:
                 shift = scale * (1e-10 if shift == 0.0 else shift / scale * 100)
         raise NotPositiveDefinite("the Gauss–Newton matrix stays singular even with a Levenberg shift")
+
+    def _line_search(self, q, current, d, g, free):
+        """Backtracking (Armijo) along d: ``((trial, loss) or None, step factor)``."""
+        slope = float(g @ d)
+        s = 1.0
+        for _ in range(40):
+            trial = q.ravel().copy()
+            trial[free] += s * d
+            trial = trial.reshape(q.shape)
+            value = loss(self.prob, trial) if np.all(np.isfinite(trial)) else np.inf
+            if value <= current + 1e-4 * s * slope:
+                return (trial, value), s
+            s *= 0.5
+        return None, 0.0
 
     def run(self, q0, max_iters=100, tol=1e-8, step_tol=1e-12, callback=None, phase="gauss_newton"):
         """Iterate from ``q0`` (n_steps, n, 3) until the relative loss decrease < ``tol``, the step is
@@ -82,27 +106,26 @@ class GaussNewton:
         self.stop_reason = "max_iters"
         self.cancelled = False
         t0 = time.perf_counter()
+        damping = 0.0
         for it in range(1, max_iters + 1):
             if self.problem_aware:
-                d, g = self.backend.step(q, residual_steps(prob, q))
+                g = self.backend.linearize(q, residual_steps(prob, q))
+                solve = self.backend.direction
             else:
                 H, g = self.system(q)
-                d = self.direction(H, g)
-            slope = float(g @ d)
-            flat = q.ravel()
-            s, accepted = 1.0, None
-            for _ in range(40):
-                trial = flat.copy()
-                trial[free] += s * d
-                trial = trial.reshape(q.shape)
-                value = loss(prob, trial) if np.all(np.isfinite(trial)) else np.inf
-                if value <= current + 1e-4 * s * slope:
-                    accepted = (trial, value)
+                solve = partial(self.direction, H)
+            for _ in range(_MAX_DAMPING_RAISES):
+                d = solve(g, damping)
+                accepted, s = self._line_search(q, current, d, g, free)
+                # Marquardt damping: relax it after full steps, raise it when the model overshoots.
+                damping = (0.0 if damping < 1e-8 else damping / 4) if s >= 0.5 else max(4 * damping, 1e-4)
+                if accepted is not None:
                     break
-                s *= 0.5
+                damping = max(100 * damping, 1e-3)
             if accepted is None:
                 self.stop_reason = "line_search"
                 break
+            flat = q.ravel()
             step_norm = s * float(np.linalg.norm(d))
             previous, (q, current) = current, accepted
             self.history.append(dict(iteration=it, loss=current, step=s, step_norm=step_norm,

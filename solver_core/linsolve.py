@@ -2,7 +2,8 @@
 
 ``make_backend("auto" | "cholmod" | "scipy" | "structured")`` returns an object with
 ``factorize(A)`` and ``solve(b)``, or, for "structured" (see ``structured_solve``), a problem-aware
-backend with ``bind(prob)`` and ``step(q, u)`` that never assembles the matrix. The CHOLMOD backend computes the symbolic analysis on the first matrix and reuses it
+backend with ``bind(prob)``, ``linearize(q, u)`` and ``direction(g, damping)`` that never assembles
+the matrix. The CHOLMOD backend computes the symbolic analysis on the first matrix and reuses it
 for every later one (the Gauss–Newton matrix keeps its sparsity pattern); the SciPy backend (SuperLU)
 is the fallback when scikit-sparse is not importable.
 """
@@ -83,7 +84,8 @@ BACKENDS = {"cholmod": CholmodBackend, "scipy": ScipyBackend, "structured": Stru
 
 def make_backend(name="auto"):
     """A fresh linear-solver backend: "cholmod", "scipy", "structured", or "auto" (CHOLMOD when
-    available, else SciPy; "structured" is not yet measured faster to the same loss, see bench speed)."""
+    available, else SciPy; "structured" is opt-in: bench speed shows it ahead on the flag and the
+    doughnut but stalling at a much higher loss on the swinging cloth)."""
     if name == "auto":
         name = "cholmod" if cholmod is not None else "scipy"
     if isinstance(name, str):

@@ -12,8 +12,12 @@ Jacobian of one frame, so J is block-sparse in space and banded periodic in time
   wrap-around rows N-1 and 0: H = T^T B T + (rank <= 2m). It applies (T^T B T)^{-1} by a backward
   and a forward sweep over frames with one sparse LU per frame (the linearized implicit step),
   exact for the time-varying stiffness; the low-rank wrap term is left to the Krylov iteration.
-* ``StructuredBackend`` runs preconditioned conjugate gradients to the relative residual of an
-  inexact-Newton forcing sequence (loose while the gradient is large, tight near convergence).
+* ``StructuredBackend`` runs preconditioned conjugate gradients on (H + damping diag(H)) d = -g to the
+  relative residual of an inexact-Newton forcing sequence (loose while the gradient is large, tight
+  near convergence), capped at ``max_cg`` iterations (a truncated CG step is still a descent direction).
+
+It applies to the "symplectic" and "backward" schemes with per-vertex linear drag only; ``supports``
+says why it does not apply otherwise (the residual would not be the one the operator differentiates).
 """
 import numpy as np
 import scipy.sparse as sp
@@ -22,6 +26,19 @@ import scipy.sparse.linalg as spla
 from .residual import force_steps, penalty_terms
 
 _CHUNK_BYTES = 256 * 2 ** 20  # memory for one batch of per-frame force-Jacobian values
+SCHEMES = ("symplectic", "backward")
+
+
+def supports(prob):
+    """None if the structured solve applies to ``prob``, else the reason it does not."""
+    if prob.scheme not in SCHEMES:
+        return f"scheme {prob.scheme!r} (the structured solve handles {', '.join(SCHEMES)})"
+    if getattr(prob.model, "velocity_terms", None):
+        return "velocity-dependent force terms"
+    damping = prob.model.damping
+    if damping is not None and np.shape(damping) != (prob.n_vertices,):
+        return "damping that is not per-vertex linear drag"
+    return None
 
 
 class LoopOperator:
@@ -55,10 +72,15 @@ class LoopOperator:
         self.pattern_cols = (uniq % m).astype(np.int32)
         self.indptr = np.concatenate([[0], np.cumsum(np.bincount(self.pattern_rows, minlength=m))]).astype(np.int64)
         self.diag_slots = slot[keep.sum():]
-        # sums the term-wise (duplicated) Jacobian entries into the pattern's slots
-        self._gather = sp.csr_matrix((np.ones(keep.sum()), (np.flatnonzero(keep), slot[:keep.sum()])),
-                                     shape=(rows.size, uniq.size))
+        # sums the term-wise (duplicated) Jacobian entries into the pattern's slots: sorted by slot, reduceat
+        order = np.argsort(slot[:keep.sum()], kind="stable")
+        sorted_slots = slot[:keep.sum()][order]
+        self._gather_index = np.flatnonzero(keep)[order]
+        self._gather_starts = np.flatnonzero(np.r_[True, np.diff(sorted_slots) != 0])
+        self._gather_slots = sorted_slots[self._gather_starts]
         self.nnz = uniq.size
+        self._column_sum = sp.csr_matrix((np.ones(self.nnz), (np.arange(self.nnz), self.pattern_cols)),
+                                         shape=(self.nnz, m))
 
         h = prob.h
         mass = np.repeat(model.mass, 3)[self.active]
@@ -90,7 +112,8 @@ class LoopOperator:
         for start in range(0, self.n_steps, batch):
             k = self.force_frames[start:start + batch]
             jv = model.jacobian_values(q[k], self.force_times[start:start + batch])
-            self.values[start:start + batch] = (self._gather.T @ jv.T).T
+            self.values[start:start + batch, self._gather_slots] = np.add.reduceat(
+                jv[:, self._gather_index], self._gather_starts, axis=1)
         n, m = self.n_steps, self.m
         if self._matrix is None:
             col_frame = (np.arange(n) + self.force_offset) % n
@@ -131,6 +154,15 @@ class LoopOperator:
     def apply_h(self, x):
         """Gauss–Newton matrix product (J^T B J + penalty diagonal) x."""
         return self.apply_jt(self.weight * self.apply_j(x)) + self.restrict(self.penalty_diag) * x
+
+    def diagonal(self):
+        """diag(J^T B J + penalty diagonal) on the free unknowns."""
+        off, w2 = self.force_offset, self.weight ** 2
+        entries = -self.values
+        entries[:, self.diag_slots] += self.coef[off]
+        d = np.roll((entries ** 2 * w2[self.pattern_rows]) @ self._column_sum, off, axis=0)
+        d += sum(w2 * self.coef[o] ** 2 for o in (-1, 0, 1) if o != off)
+        return self.restrict(d + self.penalty_diag)
 
     def gradient(self, u_active, q):
         """J^T B u + penalty gradient, for active residual rows u_active (n_steps, m)."""
@@ -215,35 +247,52 @@ def pcg(apply_a, b, apply_m, rtol, max_iters):
 
 
 class StructuredBackend:
-    """Problem-aware Gauss–Newton solve: PCG on J^T B J with the sweep preconditioner (inexact GN).
+    """Problem-aware Gauss–Newton solve: PCG on J^T B J (+ Marquardt damping) with the sweep preconditioner.
 
     ``forcing``: the relative PCG residual is min(forcing, |g| / |g_0|) (Eisenstat–Walker-like), at
-    least ``rtol_min``. ``cg_iterations`` lists the PCG iterations of every step.
+    least ``rtol_min``, with at most ``max_cg`` iterations while it is ``forcing``, 10 ``max_cg`` after. ``cg_iterations`` lists the PCG iterations
+    of every solve.
     """
 
     name = "structured"
 
-    def __init__(self, forcing=0.1, rtol_min=1e-10, max_cg=2000):
+    def __init__(self, forcing=0.1, rtol_min=1e-10, max_cg=200):
         self.forcing, self.rtol_min, self.max_cg = forcing, rtol_min, max_cg
         self.op = None
 
     def bind(self, prob):
-        """Set up the operator and preconditioner for a LoopProblem."""
+        """Set up the operator and preconditioner for a LoopProblem (ValueError if it does not apply)."""
+        reason = supports(prob)
+        if reason is not None:
+            raise ValueError(f"the structured solve does not apply: {reason}; use backend='cholmod'")
         self.op = LoopOperator(prob)
         self.preconditioner = SweepPreconditioner(self.op)
         self.cg_iterations = []
         self._g0 = None
 
-    def step(self, q, u):
-        """(d, g): the Gauss–Newton direction and gradient at q (n_steps, n, 3) with residual u."""
+    def linearize(self, q, u):
+        """Gradient at q (n_steps, n, 3) with residual u; sets up the next ``direction`` solves."""
         op = self.op
         op.update(q)
         self.preconditioner.update()
+        self._diagonal = None
         g = op.gradient(u.reshape(op.n_steps, -1)[:, op.active], q)
         gnorm = np.linalg.norm(g)
         self._g0 = gnorm if self._g0 is None else self._g0
-        rtol = max(self.rtol_min, min(self.forcing, gnorm / self._g0))
-        d, iters = pcg(op.apply_h, -g, self.preconditioner.apply, rtol, self.max_cg)
-        self.cg_iterations.append(iters)
-        return d, g
+        self._rtol = max(self.rtol_min, min(self.forcing, gnorm / self._g0))
+        return g
 
+    def direction(self, g, damping=0.0):
+        """Inexact solution d of (J^T B J + damping diag(J^T B J)) d = -g (with the penalty diagonal)."""
+        op = self.op
+        if damping > 0 and self._diagonal is None:
+            self._diagonal = op.diagonal()
+        scaled = damping * self._diagonal if damping > 0 else 0.0
+
+        def apply_a(x):
+            return op.apply_h(x) + scaled * x
+
+        cap = self.max_cg if self._rtol >= self.forcing else 10 * self.max_cg  # converging: solve tighter
+        d, iters = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap)
+        self.cg_iterations.append(iters)
+        return d
