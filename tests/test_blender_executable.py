@@ -67,7 +67,8 @@ def test_register_unregister_register(legacy_addon):
     assert hasattr(bpy.types, "CYCLIC_LOOP_OT_make_loop") and hasattr(bpy.types, "VIEW3D_PT_cyclic_loop")
 
 
-def test_make_loop_in_blender(legacy_addon, flag_blend):
+def _flag_with_defaults(flag_blend):
+    """Open the flag sample, make the flag active and give it the panel's physics defaults, 2 iterations."""
     bpy.ops.wm.open_mainfile(filepath=flag_blend)
     scene = bpy.context.scene
     obj = bpy.data.objects["Flag"]
@@ -78,6 +79,11 @@ def test_make_loop_in_blender(legacy_addon, flag_blend):
     settings = obj.cyclic_loop_settings
     settings.frame_start, settings.frame_end = scene["loop_frames"]
     settings.substeps, settings.max_iters = 1, 2
+    return scene, obj, settings
+
+
+def test_make_loop_in_blender(legacy_addon, flag_blend):
+    scene, obj, settings = _flag_with_defaults(flag_blend)
     assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
     run = scene.cyclic_loop_run
     assert run.has_report and run.iterations > 0
@@ -109,16 +115,7 @@ def test_pc2_export_with_mesh_cache_modifier(legacy_addon, flag_blend, tmp_path)
     """Output PC2: the file is written and played by a looping Mesh Cache modifier that takes the cloth
     modifier's place in the stack (Blender 3.4 has no ``modifiers.move``: the operator moves it)."""
     export = sys.modules["cyclic_loop.cyclic_loop_addon.export"]
-    bpy.ops.wm.open_mainfile(filepath=flag_blend)
-    scene = bpy.context.scene
-    obj = bpy.data.objects["Flag"]
-    for ob in scene.objects:
-        ob.select_set(ob is obj)
-    bpy.context.view_layer.objects.active = obj
-    assert bpy.ops.cyclic_loop.physics_defaults() == {"FINISHED"}
-    settings = obj.cyclic_loop_settings
-    settings.frame_start, settings.frame_end = scene["loop_frames"]
-    settings.substeps, settings.max_iters = 1, 2
+    scene, obj, settings = _flag_with_defaults(flag_blend)
     settings.output, settings.filepath = "PC2", str(tmp_path / "flag_loop")
     assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
     assert scene.cyclic_loop_run.message == "Loop written as flag_loop.pc2"
