@@ -33,7 +33,7 @@ import types
 
 import numpy as np
 
-from . import errors, solve
+from . import errors, files, solve
 from .solver import sc
 
 PROGRESS = "@cyclic-loop-progress "     # prefix of the child's progress lines on stdout
@@ -202,16 +202,9 @@ def read_job(folder):
     return gathered, types.SimpleNamespace(**meta["settings"])
 
 
-def _write_atomic(path, write):
-    tmp = path + ".part"
-    with open(tmp, "wb") as fh:
-        write(fh)
-    os.replace(tmp, path)
-
-
 def write_result(folder, q, report):
-    _write_atomic(os.path.join(folder, "result.npz"),
-                  lambda fh: np.savez(fh, q=q, report=np.array(json.dumps(report, default=_json_default))))
+    with files.atomic_path(os.path.join(folder, "result.npz"), "solver result") as tmp:
+        np.savez(tmp, q=q, report=np.array(json.dumps(report, default=_json_default)))
 
 
 def read_result(folder):
@@ -222,7 +215,9 @@ def read_result(folder):
 
 def write_error(folder, exc):
     text = json.dumps(dict(kind=type(exc).__name__, message=str(exc)))
-    _write_atomic(os.path.join(folder, "error.json"), lambda fh: fh.write(text.encode("utf-8")))
+    with files.atomic_path(os.path.join(folder, "error.json"), "solver error") as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
 
 
 def read_error(folder):

@@ -30,8 +30,8 @@ class _ImplicitStep:
         self.free = np.flatnonzero(free.ravel())
         col_of = np.full(3 * n, -1, dtype=np.int64)
         col_of[self.free] = np.arange(self.free.size)
-        self._parts = [i for i, (o, _, _) in enumerate(scheme.derivative_pattern(prob)) if o == 1]
         pattern = scheme.derivative_pattern(prob)
+        self._parts = [i for i, (o, _, _) in enumerate(pattern) if o == 1]
         diag = np.arange(3 * n)
         r = col_of[np.concatenate([diag] + [pattern[i][1] for i in self._parts])]
         c = col_of[np.concatenate([diag] + [pattern[i][2] for i in self._parts])]
@@ -61,7 +61,7 @@ class _ImplicitStep:
         prob, model = self.prob, self.model
         h = prob.h
         m = model.mass[:, None]
-        d = (np.zeros(model.n_vertices) if model.damping is None else model.damping)[:, None]
+        d = model.drag[:, None]
         x = 2 * q_cur - q_prev
         x[prob.pins] = x_pins
         tt = prob.step_times(np.array([j + 1]))

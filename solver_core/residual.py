@@ -12,9 +12,8 @@ from . import scheme
 
 def force_steps(prob):
     """(step index of the positions the forces of each residual row j see, their frame times)."""
-    j = np.arange(prob.n_steps)
-    k = (j + scheme.offsets(prob.scheme)[0]) % prob.n_steps
-    return k, prob.step_times(j + scheme.offsets(prob.scheme)[0])
+    k = np.arange(prob.n_steps) + scheme.offsets(prob.scheme)[0]
+    return k % prob.n_steps, prob.step_times(k)
 
 
 def residual_steps(prob, q):

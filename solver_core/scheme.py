@@ -26,19 +26,19 @@ def offsets(scheme):
     return _OFFSETS[scheme]
 
 
-def _drag(model):
-    return np.zeros(model.n_vertices) if model.damping is None else model.damping
+def _force_arguments(prob, q_prev, q_here, q_next, j):
+    """(positions, velocities, frame times) the forces of rows ``j`` see."""
+    p_off, v_off = offsets(prob.scheme)
+    states = {-1: q_prev, 0: q_here, 1: q_next}
+    v = (states[v_off] - states[v_off - 1]) / prob.h
+    return states[p_off], v, prob.step_times(np.asarray(j) + p_off)
 
 
 def step_rows(prob, q_prev, q_here, q_next, j):
     """Residual forces u_j ``(B, n, 3)`` of rows ``j`` ``(B,)`` from the states of each row (pinned rows included)."""
     model, h = prob.model, prob.h
-    p_off, v_off = offsets(prob.scheme)
-    states = {-1: q_prev, 0: q_here, 1: q_next}
-    x = states[p_off]
-    v = (states[v_off] - states[v_off - 1]) / h
-    t = prob.step_times(np.asarray(j) + p_off)
-    u = model.mass[:, None] * (q_next - 2 * q_here + q_prev) / h ** 2 + _drag(model)[:, None] * v
+    x, v, t = _force_arguments(prob, q_prev, q_here, q_next, j)
+    u = model.mass[:, None] * (q_next - 2 * q_here + q_prev) / h ** 2 + model.drag[:, None] * v
     u = u - model.forces(x, t)
     if model.velocity_terms:
         u = u - model.velocity_forces(x, v, t)
@@ -51,7 +51,7 @@ def diagonals(prob):
     """``{offset: (3n,)}``: the inertia and drag coefficients of du_j/dq_{j+offset}."""
     model, h = prob.model, prob.h
     m = np.repeat(model.mass, 3)
-    d = np.repeat(_drag(model), 3)
+    d = np.repeat(model.drag, 3)
     _, v_off = offsets(prob.scheme)
     coeff = {1: m / h ** 2, 0: -2 * m / h ** 2, -1: m / h ** 2}
     coeff[v_off] = coeff[v_off] + d / h
@@ -74,16 +74,11 @@ def derivative_pattern(prob):
 def derivative_values(prob, q_prev, q_here, q_next, j):
     """Values ``(B, nnz)`` of each part of ``derivative_pattern`` for rows ``j``, in its order."""
     model, h = prob.model, prob.h
-    p_off, v_off = offsets(prob.scheme)
-    states = {-1: q_prev, 0: q_here, 1: q_next}
-    x = states[p_off]
-    t = prob.step_times(np.asarray(j) + p_off)
-    stiffness = model.jacobian_values(x, t)
-    values = [-stiffness]
+    x, v, t = _force_arguments(prob, q_prev, q_here, q_next, j)
+    values = [-model.jacobian_values(x, t)]
     if prob.scheme == "linearized":
         values.append(-model.jacobian_derivative(x, t, q_next - q_here))
     if model.velocity_terms:
-        v = (states[v_off] - states[v_off - 1]) / h
         d_dq, d_dv = model.velocity_jacobian_values(x, v, t)
         values += [-d_dq, -d_dv / h, d_dv / h]
     return values

@@ -84,7 +84,7 @@ class LoopOperator:
 
         h = prob.h
         mass = np.repeat(model.mass, 3)[self.active]
-        drag = np.repeat(np.zeros(model.n_vertices) if model.damping is None else model.damping, 3)[self.active]
+        drag = np.repeat(model.drag, 3)[self.active]
         sym = prob.scheme == "symplectic"
         # coefficients of q_{j+1}, q_j, q_{j-1} in row j (as in ResidualJacobian)
         self.coef = {1: mass / h ** 2 + (0.0 if sym else drag / h),

@@ -152,6 +152,11 @@ class Model(ForceTerm):
         return self._pattern
 
     @property
+    def drag(self):
+        """Per-vertex linear drag coefficients (n,), zeros when the model has none."""
+        return np.zeros(self.n_vertices) if self.damping is None else self.damping
+
+    @property
     def conservative(self):
         """True when every force term has a potential ``energy(q, t)`` and no velocity term acts."""
         return not self.velocity_terms and all(hasattr(term, "energy") for term in self.terms)

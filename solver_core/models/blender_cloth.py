@@ -124,6 +124,21 @@ def build_hinges(faces, n_vertices):
     return [tuple(np.concatenate(parts) for parts in zip(*group)) for group in hinges.values()]
 
 
+def _spring_vectors(q, pairs):
+    """(x_j - x_i (B, m, 3), length (B, m), length with zeros replaced by 1) of springs (i, j)."""
+    q = np.asarray(q, dtype=float)
+    d = q[:, pairs[:, 1]] - q[:, pairs[:, 0]]
+    length = np.linalg.norm(d, axis=-1)
+    return d, length, np.where(length > 0, length, 1.0)
+
+
+def _spring_blocks(k):
+    """Jacobian values (B, m * 36) on ``block_pattern(pairs)`` of pair forces f_i = -f_j whose derivative
+    d f_i / d x_j is ``k`` (B, m, 3, 3): d f_i / d x_i = -k, d f_j / d x_i = k, d f_j / d x_j = -k."""
+    blocks = np.einsum("ab,zsip->zsaibp", np.array([[-1.0, 1.0], [1.0, -1.0]]), k)
+    return blocks.reshape(blocks.shape[0], -1)
+
+
 class BlenderSpringTerm(ForceTerm):
     """Springs ``f_i = phi(l) (x_j - x_i) / l`` (and ``-f_i`` on j) with Blender's piecewise laws.
 
@@ -141,10 +156,7 @@ class BlenderSpringTerm(ForceTerm):
         self._pattern = block_pattern(self.pairs)
 
     def _laws(self, q, second=False):
-        q = np.asarray(q, dtype=float)
-        d = q[:, self.pairs[:, 1]] - q[:, self.pairs[:, 0]]
-        length = np.linalg.norm(d, axis=-1)
-        safe = np.where(length > 0, length, 1.0)
+        d, length, safe = _spring_vectors(q, self.pairs)
         rest = self.rest_length
         ratio = length / rest
         buckling = self.kb * np.polyval(_FB, ratio)
@@ -171,9 +183,7 @@ class BlenderSpringTerm(ForceTerm):
         unit, length, phi, dphi = self._laws(q)
         uu = outer(unit, unit)
         k = dphi[..., None, None] * uu + (phi / length)[..., None, None] * (np.eye(3) - uu)
-        signs = np.array([[-1.0, 1.0], [1.0, -1.0]])  # d f_i / d x_i = -K, d f_i / d x_j = K, f_j = -f_i
-        blocks = np.einsum("ab,zsip->zsaibp", signs, k)
-        return blocks.reshape(blocks.shape[0], -1)
+        return _spring_blocks(k)
 
     def jacobian_derivative(self, q, t, s):
         """Values (B, nnz) of the Jacobian's derivative along ``s`` (B, n, 3), on each spring's branch at q.
@@ -191,9 +201,7 @@ class BlenderSpringTerm(ForceTerm):
         d_ratio = (dphi * dl) / length - phi * dl / length ** 2   # derivative of phi / l
         dk = ((ddphi * dl)[..., None, None] * uu + dphi[..., None, None] * duu
               + d_ratio[..., None, None] * (np.eye(3) - uu) - (phi / length)[..., None, None] * duu)
-        signs = np.array([[-1.0, 1.0], [1.0, -1.0]])
-        blocks = np.einsum("ab,zsip->zsaibp", signs, dk)
-        return blocks.reshape(blocks.shape[0], -1)
+        return _spring_blocks(dk)
 
 
 class BlenderSpringDampingTerm(VelocityTerm):
@@ -213,10 +221,8 @@ class BlenderSpringDampingTerm(VelocityTerm):
         self._pattern = block_pattern(self.pairs)
 
     def _state(self, q, v):
-        q, v = np.asarray(q, dtype=float), np.asarray(v, dtype=float)
-        d = q[:, self.pairs[:, 1]] - q[:, self.pairs[:, 0]]
-        length = np.linalg.norm(d, axis=-1)
-        safe = np.where(length > 0, length, 1.0)
+        d, length, safe = _spring_vectors(q, self.pairs)
+        v = np.asarray(v, dtype=float)
         unit = d / safe[..., None]
         rel = v[:, self.pairs[:, 1]] - v[:, self.pairs[:, 0]]
         c = np.where((length >= self.rest_length) & (length > 0), self.c_stretch, self.c_compress)
@@ -237,9 +243,7 @@ class BlenderSpringDampingTerm(VelocityTerm):
         across = rel - speed[..., None] * unit   # (I - e e^T) w
         g_q = (c / length)[..., None, None] * (outer(unit, across) + speed[..., None, None] * (np.eye(3) - uu))
         g_v = c[..., None, None] * uu
-        signs = np.array([[-1.0, 1.0], [1.0, -1.0]])   # d f_i / d x_i = -G, d f_i / d x_j = G, f_j = -f_i
-        blocks = [np.einsum("ab,zsip->zsaibp", signs, g) for g in (g_q, g_v)]
-        return tuple(b.reshape(b.shape[0], -1) for b in blocks)
+        return _spring_blocks(g_q), _spring_blocks(g_v)
 
 
 class _HingeStencil:
@@ -268,6 +272,10 @@ class _HingeStencil:
 
     def jacobian_pattern(self):
         return self._pattern
+
+    def _directions(self, a, b):
+        """Per-slot force directions (B, m, slots, 3) for a unit hinge force: fa a + fb b."""
+        return self._fa[:, None] * a[..., None, :] + self._fb[:, None] * b[..., None, :]
 
     def _geometry(self, q, derivs):
         x = np.asarray(q, dtype=float)[:, self.stencil]  # (B, m, slots, 3)
@@ -319,13 +327,13 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
     def forces(self, q, t):
         angle, a, b = self._geometry(q, False)
         force = self.stiffness * (angle - self.rest_angle)
-        corner = force[..., None, None] * (self._fa[:, None] * a[..., None, :] + self._fb[:, None] * b[..., None, :])
+        corner = force[..., None, None] * self._directions(a, b)
         return self._scatter(corner)
 
     def jacobian_values(self, q, t):
         angle, a, b, da, db, d_angle = self._geometry(q, True)
         force = self.stiffness * (angle - self.rest_angle)
-        direction = self._fa[:, None] * a[..., None, :] + self._fb[:, None] * b[..., None, :]  # (B, m, slots, 3)
+        direction = self._directions(a, b)
         # jac[r, i, c, k] = stiffness direction[r, i] d_angle[c, k] + force (fa[r] da[c, i, k] + fb[r] db[c, i, k])
         jac = (self.stiffness[:, None, None] * direction)[..., None, None] * d_angle[:, :, None, None]
         rows = self._fa[:, None, None, None]
@@ -354,14 +362,14 @@ class BlenderAngularDampingTerm(_HingeStencil, VelocityTerm):
         _, a, b = self._geometry(q, False)
         vel_a, vel_b = self._state(q, v)
         force = -self.damping * (np.sum(vel_a * a, -1) + np.sum(vel_b * b, -1))
-        corner = force[..., None, None] * (self._fa[:, None] * a[..., None, :] + self._fb[:, None] * b[..., None, :])
+        corner = force[..., None, None] * self._directions(a, b)
         return self._scatter(corner)
 
     def jacobian_values(self, q, v, t):
         _, a, b, da, db, _ = self._geometry(q, True)
         vel_a, vel_b = self._state(q, v)
         speed = np.sum(vel_a * a, -1) + np.sum(vel_b * b, -1)
-        direction = self._fa[:, None] * a[..., None, :] + self._fb[:, None] * b[..., None, :]   # (B, m, slots, 3)
+        direction = self._directions(a, b)
         c = -self.damping[:, None, None, None, None]
         # d speed / d x_slot and d speed / d v_slot
         d_speed_q = np.einsum("bmi,bmsik->bmsk", vel_a, da) + np.einsum("bmi,bmsik->bmsk", vel_b, db)
