@@ -83,9 +83,9 @@ BACKENDS = {"cholmod": CholmodBackend, "scipy": ScipyBackend, "structured": Stru
 
 
 def make_backend(name="auto"):
-    """A fresh linear-solver backend: "cholmod", "scipy", "structured", or "auto" (CHOLMOD when
-    available, else SciPy; "structured" is opt-in: bench speed shows it ahead on the flag and the
-    doughnut but stalling at a much higher loss on the swinging cloth)."""
+    """A fresh linear-solver backend: "cholmod", "scipy", "structured", or "auto" (the direct solve:
+    CHOLMOD when available, else SciPy). ``GaussNewton`` resolves its own "auto" with
+    ``gauss_newton.choose_backend``, which picks "structured" for large problems it applies to."""
     if name == "auto":
         name = "cholmod" if cholmod is not None else "scipy"
     if isinstance(name, str):

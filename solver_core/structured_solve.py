@@ -226,7 +226,9 @@ class SweepPreconditioner:
 
 
 def pcg(apply_a, b, apply_m, rtol, max_iters):
-    """Preconditioned conjugate gradients from x = 0 until |r| <= rtol |b|. Returns (x, iterations)."""
+    """Preconditioned conjugate gradients from x = 0 until |r| <= rtol |b|.
+
+    Returns (x, iterations, converged); an unconverged x is still a descent direction for an SPD system."""
     x = np.zeros_like(b)
     r = b.copy()
     z = apply_m(r)
@@ -239,25 +241,27 @@ def pcg(apply_a, b, apply_m, rtol, max_iters):
         x += alpha * p
         r -= alpha * ap
         if np.linalg.norm(r) <= target:
-            return x, it
+            return x, it, True
         z = apply_m(r)
         rz, rz_old = r @ z, rz
         p = z + (rz / rz_old) * p
-    return x, max_iters
+    return x, max_iters, False
 
 
 class StructuredBackend:
     """Problem-aware Gauss–Newton solve: PCG on J^T B J (+ Marquardt damping) with the sweep preconditioner.
 
-    ``forcing``: the relative PCG residual is min(forcing, |g| / |g_0|) (Eisenstat–Walker-like), at
-    least ``rtol_min``, with at most ``max_cg`` iterations while it is ``forcing``, 10 ``max_cg`` after. ``cg_iterations`` lists the PCG iterations
-    of every solve.
+    Inexact Gauss–Newton: the relative PCG residual is min(forcing, |g| / |g_0|) (Eisenstat–Walker-like),
+    at least ``rtol_min``, with at most ``max_cg`` iterations while it is ``forcing`` and 10 ``max_cg``
+    after. ``inexact`` says whether the last solve stopped at its cap or short of ``rtol_min``;
+    ``tighten()`` (called by Gauss–Newton when an inexact direction makes no progress) divides the
+    forcing by 10 and multiplies the cap by 4, up to ``max_tighten`` times. ``cg_iterations`` lists the PCG iterations of every solve.
     """
 
     name = "structured"
 
-    def __init__(self, forcing=0.1, rtol_min=1e-10, max_cg=200):
-        self.forcing, self.rtol_min, self.max_cg = forcing, rtol_min, max_cg
+    def __init__(self, forcing=0.3, rtol_min=1e-10, max_cg=60, max_tighten=2):
+        self.forcing, self.rtol_min, self.max_cg, self.max_tighten = forcing, rtol_min, max_cg, max_tighten
         self.op = None
 
     def bind(self, prob):
@@ -268,7 +272,18 @@ class StructuredBackend:
         self.op = LoopOperator(prob)
         self.preconditioner = SweepPreconditioner(self.op)
         self.cg_iterations = []
+        self.inexact = False
+        self.tightened = 0
         self._g0 = None
+
+    def tighten(self):
+        """Solve more accurately from now on; False once ``max_tighten`` tightenings are used up."""
+        if self.tightened >= self.max_tighten:
+            return False
+        self.tightened += 1
+        self.forcing, self.max_cg = self.forcing / 10, self.max_cg * 4
+        self._rtol = max(self.rtol_min, min(self.forcing, self._rtol))
+        return True
 
     def linearize(self, q, u):
         """Gradient at q (n_steps, n, 3) with residual u; sets up the next ``direction`` solves."""
@@ -293,6 +308,7 @@ class StructuredBackend:
             return op.apply_h(x) + scaled * x
 
         cap = self.max_cg if self._rtol >= self.forcing else 10 * self.max_cg  # converging: solve tighter
-        d, iters = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap)
+        d, iters, converged = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap)
         self.cg_iterations.append(iters)
+        self.inexact = not converged or self._rtol > self.rtol_min
         return d
