@@ -22,7 +22,8 @@ class SimulationFailed(ArithmeticError):
 class _ImplicitStep:
     """Newton solver for one implicit step on the free (non-pinned) DOFs, fixed pattern."""
 
-    def __init__(self, prob):
+    def __init__(self, prob, levenberg_marquardt=False):
+        self.levenberg_marquardt = levenberg_marquardt
         model = prob.model
         n = model.n_vertices
         free = np.ones((n, 3), dtype=bool)
@@ -55,8 +56,9 @@ class _ImplicitStep:
         potential Phi(y) = |y - 2 q_cur + q_prev|^2_M / 2h^2 + |y - q_cur|^2_D / 2h + U(y) - c . y, whose
         gradient is the step residual R: Newton directions from S + shift M/h^2, the shift raised until
         the matrix is positive definite (buckling cloth, inverted elements), with backtracking on Phi.
-        Otherwise (wind, velocity terms, the linearized scheme) Newton with backtracking on |R|, the same
-        shift taken when steps stall.
+        Otherwise (wind, velocity terms, the linearized scheme) Newton with backtracking on |R|; when
+        steps stall, the same shift, or with ``self.levenberg_marquardt`` the descent directions of
+        |R|^2 / 2, -(S^T S + 1e-3 shift diag(S^T S))^-1 S^T R.
         """
         prob, model = self.prob, self.model
         h = prob.h
@@ -88,9 +90,13 @@ class _ImplicitStep:
                 return x, spla.splu(self.matrix(q_prev, q_cur, x, j))
             # Phi's round-off swamps its decrease close to the solution: finish on |R| there.
             on_phi = potential and np.abs(r).max() > 1e3 * tol * scale
-            dx, shift = self._direction(q_prev, q_cur, x, j, r, shift, on_phi)
+            if self.levenberg_marquardt and shift > 0 and not potential:
+                dx = self._levenberg_marquardt(q_prev, q_cur, x, j, r, shift)
+            else:
+                dx, shift = self._direction(q_prev, q_cur, x, j, r, shift, on_phi)
             phi0 = merit(x, r, on_phi)
             slope = -float(r @ dx) if on_phi else 0.0
+
             s = 1.0
             while s >= 1e-4:
                 y = x.copy()
@@ -122,14 +128,31 @@ class _ImplicitStep:
                 pass
             shift = max(1e-3, 10 * shift)
 
+    def _levenberg_marquardt(self, q_prev, q_cur, x, j, r, factor):
+        """-(S^T S + 1e-3 factor diag(S^T S))^-1 S^T R: a descent direction for |R|^2 / 2."""
+        S = self.matrix(q_prev, q_cur, x, j)
+        normal = (S.T @ S).tocsc()
+        return spla.splu(normal + sp.diags(1e-3 * factor * normal.diagonal(), format="csc")).solve(-(S.T @ r))
+
 
 def simulate(prob, n_states=None, controls=None, keep_factors=False):
     """Forward simulation on the solver grid: states q_0..q_{n_states-1} (default n_steps).
 
     ``controls`` (n_states - 1, n, 3): c_j added to the forces of equation j (row 0 unused).
     With ``keep_factors`` (implicit schemes) also returns the LU factors of each step's matrix, for
-    the adjoint. Raises SimulationFailed when the state blows up or an implicit step fails.
+    the adjoint. Raises SimulationFailed when the state blows up or an implicit step fails. A model
+    without a potential whose implicit step fails is simulated again with Levenberg–Marquardt steps
+    (Newton's steps stall where a stiff cloth buckles in the wind).
     """
+    try:
+        return _simulate(prob, n_states, controls, keep_factors, False)
+    except SimulationFailed:
+        if prob.scheme == "symplectic" or (prob.model.conservative and prob.scheme == "backward"):
+            raise
+        return _simulate(prob, n_states, controls, keep_factors, True)
+
+
+def _simulate(prob, n_states, controls, keep_factors, levenberg_marquardt):
     model, h = prob.model, prob.h
     n_states = prob.n_steps if n_states is None else int(n_states)
     n = model.n_vertices
@@ -139,7 +162,7 @@ def simulate(prob, n_states=None, controls=None, keep_factors=False):
     q[0, prob.pins], q[1, prob.pins] = pins[0], pins[1]
     c = np.zeros((n_states, n, 3)) if controls is None else controls
     factors = [None, None]
-    stepper = None if prob.scheme == "symplectic" else _ImplicitStep(prob)
+    stepper = None if prob.scheme == "symplectic" else _ImplicitStep(prob, levenberg_marquardt)
     for j in range(1, n_states - 1):
         if stepper is None:   # u_j is M/h^2 q_{j+1} + (terms without q_{j+1})
             guess = 2 * q[j] - q[j - 1]

@@ -14,7 +14,8 @@ Jacobian of one frame, so J is block-sparse in space and banded periodic in time
   exact for the time-varying stiffness; the low-rank wrap term is left to the Krylov iteration.
 * ``StructuredBackend`` runs preconditioned conjugate gradients on (H + damping diag(H)) d = -g to the
   relative residual of an inexact-Newton forcing sequence (loose while the gradient is large, tight
-  near convergence), capped at ``max_cg`` iterations (a truncated CG step is still a descent direction).
+  near convergence), capped at ``max_cg`` iterations (a truncated CG step is still a descent direction),
+  and solves tighter when Gauss–Newton reports that an inexact direction made no progress.
 
 It applies to the "symplectic" and "backward" schemes with per-vertex linear drag only; ``supports``
 says why it does not apply otherwise (the residual would not be the one the operator differentiates).
