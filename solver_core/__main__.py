@@ -41,7 +41,7 @@ def cmd_bench(args):
         run_benchmark(args.scenes, args.scale, args.max_iters, args.backend)
     elif args.suite == "speed":
         from .scenes.bench_speed import run_benchmark
-        run_benchmark(args.steps, args.scenes, scaling=not args.no_scaling, big=not args.no_big)
+        run_benchmark(args.steps, args.scenes, scaling=not args.no_scaling, big=not args.no_big, big_only=args.big_only)
 
 
 def cmd_figures(args):
@@ -72,6 +72,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=4, help="speed: Gauss-Newton steps per solve")
     p.add_argument("--no-scaling", action="store_true", help="speed: skip the scaling table")
     p.add_argument("--no-big", action="store_true", help="speed: skip the 2000-vertex x 1000-frame case")
+    p.add_argument("--big-only", action="store_true", help="speed: only the 2000-vertex x 1000-frame case")
     p.add_argument("--scenes", nargs="*", help="table1: scenes to run (default all)")
     p.add_argument("--scale", type=float, default=1.0, help="table1: mesh and frame scale (1 = paper size)")
     p.add_argument("--max-iters", type=int, default=300)

@@ -7,12 +7,14 @@ plus a control, gives q_{j+1}:  u_j(q_{j-1}, q_j, q_{j+1}) = c_j.
   linearized: u_j is linear in q_{j+1}: one sparse solve.
 Pinned vertices follow their prescription; the equations hold on the free vertices.
 """
+import copy
+
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from . import scheme
-from .models.base import pattern_product
+from .models.base import Model, pattern_product
 
 
 class SimulationFailed(ArithmeticError):
@@ -22,8 +24,15 @@ class SimulationFailed(ArithmeticError):
 class _ImplicitStep:
     """Newton solver for one implicit step on the free (non-pinned) DOFs, fixed pattern."""
 
-    def __init__(self, prob, levenberg_marquardt=False):
-        self.levenberg_marquardt = levenberg_marquardt
+    def __init__(self, prob, fallback=None):
+        """``fallback``: None (Newton), "levenberg_marquardt" or "picard" (see ``fallback``)."""
+        self.levenberg_marquardt = fallback == "levenberg_marquardt"
+        self._conservative = None
+        if fallback == "picard":
+            sub = copy.copy(prob)
+            sub.model = Model(prob.model.mass, [t for t in prob.model.terms if hasattr(t, "energy")], prob.model.damping)
+            self._conservative = _ImplicitStep(sub)
+            self._frozen = [t for t in prob.model.terms if not hasattr(t, "energy")]
         model = prob.model
         n = model.n_vertices
         free = np.ones((n, 3), dtype=bool)
@@ -52,6 +61,10 @@ class _ImplicitStep:
     def solve(self, q_prev, q_cur, control, x_pins, j, tol=1e-9, max_iters=100):
         """Solve step j for q_{j+1}; returns (q_next, LU of S at the solution).
 
+        With the "picard" fallback (backward Euler, forces without a potential that depend on positions
+        only, such as wind) each iteration freezes those forces at the last iterate and minimizes the
+        incremental potential of the others, until the full residual is below tolerance.
+
         For a conservative model under backward Euler the step is the minimizer of the incremental
         potential Phi(y) = |y - 2 q_cur + q_prev|^2_M / 2h^2 + |y - q_cur|^2_D / 2h + U(y) - c . y, whose
         gradient is the step residual R: Newton directions from S + shift M/h^2, the shift raised until
@@ -67,6 +80,8 @@ class _ImplicitStep:
         x = 2 * q_cur - q_prev
         x[prob.pins] = x_pins
         tt = prob.step_times(np.array([j + 1]))
+        if self._conservative is not None:
+            return self._picard(q_prev, q_cur, control, x_pins, j, x, tt, tol, max_iters)
         potential = model.conservative and prob.scheme == "backward"
         jj = np.array([j])
 
@@ -128,6 +143,20 @@ class _ImplicitStep:
                 pass
             shift = max(1e-3, 10 * shift)
 
+    def _picard(self, q_prev, q_cur, control, x_pins, j, x, tt, tol, max_iters):
+        """Lagged non-conservative forces, the conservative step solved by ``self._conservative``."""
+        jj = np.array([j])
+        m = self.model.mass[:, None]
+        scale = max(np.abs(m * (q_cur - q_prev)).max() / self.prob.h ** 2,
+                    np.abs(self.model.forces(x[None], tt)).max(), 1e-300)
+        for _ in range(max_iters):
+            frozen = control + sum(term.forces(x[None], tt)[0] for term in self._frozen)
+            x, _ = self._conservative.solve(q_prev, q_cur, frozen, x_pins, j, tol, max_iters)
+            r = (scheme.step_rows(self.prob, q_prev[None], q_cur[None], x[None], jj)[0] - control).ravel()[self.free]
+            if np.abs(r).max() <= tol * scale:
+                return x, spla.splu(self.matrix(q_prev, q_cur, x, j))
+        raise SimulationFailed(f"implicit step did not converge with lagged forces (residual {np.abs(r).max():.3e} N)")
+
     def _levenberg_marquardt(self, q_prev, q_cur, x, j, r, factor):
         """-(S^T S + 1e-3 factor diag(S^T S))^-1 S^T R: a descent direction for |R|^2 / 2."""
         S = self.matrix(q_prev, q_cur, x, j)
@@ -140,19 +169,25 @@ def simulate(prob, n_states=None, controls=None, keep_factors=False):
 
     ``controls`` (n_states - 1, n, 3): c_j added to the forces of equation j (row 0 unused).
     With ``keep_factors`` (implicit schemes) also returns the LU factors of each step's matrix, for
-    the adjoint. Raises SimulationFailed when the state blows up or an implicit step fails. A model
-    without a potential whose implicit step fails is simulated again with Levenberg–Marquardt steps
-    (Newton's steps stall where a stiff cloth buckles in the wind).
+    the adjoint. Raises SimulationFailed when the state blows up or an implicit step fails.
+
+    A model without a potential whose implicit step fails (Newton on |R| stalls where a stiff cloth
+    buckles in the wind) is simulated again with the step's ``fallback``: "picard" for backward
+    Euler with forces that depend on positions only, else "levenberg_marquardt". The problem
+    remembers it (``prob.step_fallback``), so later simulations of it (fast projection) start there.
     """
+    fallback = getattr(prob, "step_fallback", None)
     try:
-        return _simulate(prob, n_states, controls, keep_factors, False)
+        return _simulate(prob, n_states, controls, keep_factors, fallback)
     except SimulationFailed:
-        if prob.scheme == "symplectic" or (prob.model.conservative and prob.scheme == "backward"):
+        if fallback is not None or prob.scheme == "symplectic" or (prob.model.conservative and prob.scheme == "backward"):
             raise
-        return _simulate(prob, n_states, controls, keep_factors, True)
+        positional = prob.scheme == "backward" and not prob.model.velocity_terms
+        prob.step_fallback = "picard" if positional else "levenberg_marquardt"
+        return _simulate(prob, n_states, controls, keep_factors, prob.step_fallback)
 
 
-def _simulate(prob, n_states, controls, keep_factors, levenberg_marquardt):
+def _simulate(prob, n_states, controls, keep_factors, fallback):
     model, h = prob.model, prob.h
     n_states = prob.n_steps if n_states is None else int(n_states)
     n = model.n_vertices
@@ -162,7 +197,7 @@ def _simulate(prob, n_states, controls, keep_factors, levenberg_marquardt):
     q[0, prob.pins], q[1, prob.pins] = pins[0], pins[1]
     c = np.zeros((n_states, n, 3)) if controls is None else controls
     factors = [None, None]
-    stepper = None if prob.scheme == "symplectic" else _ImplicitStep(prob, levenberg_marquardt)
+    stepper = None if prob.scheme == "symplectic" else _ImplicitStep(prob, fallback)
     for j in range(1, n_states - 1):
         if stepper is None:   # u_j is M/h^2 q_{j+1} + (terms without q_{j+1})
             guess = 2 * q[j] - q[j - 1]
