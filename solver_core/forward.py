@@ -24,16 +24,15 @@ class SimulationFailed(ArithmeticError):
 class _ImplicitStep:
     """Newton solver for one implicit step on the free (non-pinned) DOFs, fixed pattern."""
 
-    def __init__(self, prob, fallback=None):
-        """``fallback``: None (Newton), "levenberg_marquardt" or "picard" (see ``fallback``)."""
-        self.levenberg_marquardt = fallback == "levenberg_marquardt"
-        self._conservative = None
-        if fallback == "picard":
-            sub = copy.copy(prob)
-            sub.model = Model(prob.model.mass, [t for t in prob.model.terms if hasattr(t, "energy")], prob.model.damping)
-            self._conservative = _ImplicitStep(sub)
-            self._frozen = [t for t in prob.model.terms if not hasattr(t, "energy")]
+    def __init__(self, prob):
         model = prob.model
+        self.potential = model.conservative and prob.scheme == "backward"
+        self._conservative = None   # the step without the forces that have no potential (Picard fallback)
+        if not self.potential and prob.scheme == "backward" and not model.velocity_terms:
+            sub = copy.copy(prob)
+            sub.model = Model(model.mass, [t for t in model.terms if hasattr(t, "energy")], model.damping)
+            self._conservative = _ImplicitStep(sub)
+            self._frozen = [t for t in model.terms if not hasattr(t, "energy")]
         n = model.n_vertices
         free = np.ones((n, 3), dtype=bool)
         free[prob.pins] = False
@@ -61,28 +60,40 @@ class _ImplicitStep:
     def solve(self, q_prev, q_cur, control, x_pins, j, tol=1e-9, max_iters=100):
         """Solve step j for q_{j+1}; returns (q_next, LU of S at the solution).
 
-        With the "picard" fallback (backward Euler, forces without a potential that depend on positions
-        only, such as wind) each iteration freezes those forces at the last iterate and minimizes the
-        incremental potential of the others, until the full residual is below tolerance.
+        Newton (``_newton``). Where it fails for a model without a potential (Newton on |R| stalls
+        where a stiff cloth buckles in the wind) the step is solved again: under backward Euler with
+        forces that depend on positions only (wind) by Picard iterations that freeze those forces at
+        the last iterate and minimize the incremental potential of the others; otherwise by Newton
+        with Levenberg–Marquardt steps.
+        """
+        try:
+            return self._newton(q_prev, q_cur, control, x_pins, j, tol, max_iters, False)
+        except SimulationFailed:
+            if self.potential:
+                raise
+            if self._conservative is not None:
+                return self._picard(q_prev, q_cur, control, x_pins, j, tol, max_iters)
+            return self._newton(q_prev, q_cur, control, x_pins, j, tol, max_iters, True)
+
+    def _newton(self, q_prev, q_cur, control, x_pins, j, tol, max_iters, levenberg_marquardt, x0=None):
+        """Newton iterations for step j from x0 (default the extrapolation 2 q_cur - q_prev).
 
         For a conservative model under backward Euler the step is the minimizer of the incremental
         potential Phi(y) = |y - 2 q_cur + q_prev|^2_M / 2h^2 + |y - q_cur|^2_D / 2h + U(y) - c . y, whose
         gradient is the step residual R: Newton directions from S + shift M/h^2, the shift raised until
         the matrix is positive definite (buckling cloth, inverted elements), with backtracking on Phi.
         Otherwise (wind, velocity terms, the linearized scheme) Newton with backtracking on |R|; when
-        steps stall, the same shift, or with ``self.levenberg_marquardt`` the descent directions of
+        steps stall, the same shift, or with ``levenberg_marquardt`` the descent directions of
         |R|^2 / 2, -(S^T S + 1e-3 shift diag(S^T S))^-1 S^T R.
         """
         prob, model = self.prob, self.model
         h = prob.h
         m = model.mass[:, None]
         d = model.drag[:, None]
-        x = 2 * q_cur - q_prev
+        x = 2 * q_cur - q_prev if x0 is None else x0.copy()
         x[prob.pins] = x_pins
         tt = prob.step_times(np.array([j + 1]))
-        if self._conservative is not None:
-            return self._picard(q_prev, q_cur, control, x_pins, j, x, tt, tol, max_iters)
-        potential = model.conservative and prob.scheme == "backward"
+        potential = self.potential
         jj = np.array([j])
 
         def res(y):
@@ -105,7 +116,7 @@ class _ImplicitStep:
                 return x, spla.splu(self.matrix(q_prev, q_cur, x, j))
             # Phi's round-off swamps its decrease close to the solution: finish on |R| there.
             on_phi = potential and np.abs(r).max() > 1e3 * tol * scale
-            if self.levenberg_marquardt and shift > 0 and not potential:
+            if levenberg_marquardt and shift > 0 and not potential:
                 dx = self._levenberg_marquardt(q_prev, q_cur, x, j, r, shift)
             else:
                 dx, shift = self._direction(q_prev, q_cur, x, j, r, shift, on_phi)
@@ -143,15 +154,18 @@ class _ImplicitStep:
                 pass
             shift = max(1e-3, 10 * shift)
 
-    def _picard(self, q_prev, q_cur, control, x_pins, j, x, tt, tol, max_iters):
+    def _picard(self, q_prev, q_cur, control, x_pins, j, tol, max_iters):
         """Lagged non-conservative forces, the conservative step solved by ``self._conservative``."""
         jj = np.array([j])
+        tt = self.prob.step_times(np.array([j + 1]))
         m = self.model.mass[:, None]
+        x = 2 * q_cur - q_prev
+        x[self.prob.pins] = x_pins
         scale = max(np.abs(m * (q_cur - q_prev)).max() / self.prob.h ** 2,
                     np.abs(self.model.forces(x[None], tt)).max(), 1e-300)
         for _ in range(max_iters):
             frozen = control + sum(term.forces(x[None], tt)[0] for term in self._frozen)
-            x, _ = self._conservative.solve(q_prev, q_cur, frozen, x_pins, j, tol, max_iters)
+            x, _ = self._conservative._newton(q_prev, q_cur, frozen, x_pins, j, tol, max_iters, False, x)
             r = (scheme.step_rows(self.prob, q_prev[None], q_cur[None], x[None], jj)[0] - control).ravel()[self.free]
             if np.abs(r).max() <= tol * scale:
                 return x, spla.splu(self.matrix(q_prev, q_cur, x, j))
@@ -170,24 +184,7 @@ def simulate(prob, n_states=None, controls=None, keep_factors=False):
     ``controls`` (n_states - 1, n, 3): c_j added to the forces of equation j (row 0 unused).
     With ``keep_factors`` (implicit schemes) also returns the LU factors of each step's matrix, for
     the adjoint. Raises SimulationFailed when the state blows up or an implicit step fails.
-
-    A model without a potential whose implicit step fails (Newton on |R| stalls where a stiff cloth
-    buckles in the wind) is simulated again with the step's ``fallback``: "picard" for backward
-    Euler with forces that depend on positions only, else "levenberg_marquardt". The problem
-    remembers it (``prob.step_fallback``), so later simulations of it (fast projection) start there.
     """
-    fallback = getattr(prob, "step_fallback", None)
-    try:
-        return _simulate(prob, n_states, controls, keep_factors, fallback)
-    except SimulationFailed:
-        if fallback is not None or prob.scheme == "symplectic" or (prob.model.conservative and prob.scheme == "backward"):
-            raise
-        positional = prob.scheme == "backward" and not prob.model.velocity_terms
-        prob.step_fallback = "picard" if positional else "levenberg_marquardt"
-        return _simulate(prob, n_states, controls, keep_factors, prob.step_fallback)
-
-
-def _simulate(prob, n_states, controls, keep_factors, fallback):
     model, h = prob.model, prob.h
     n_states = prob.n_steps if n_states is None else int(n_states)
     n = model.n_vertices
@@ -197,7 +194,7 @@ def _simulate(prob, n_states, controls, keep_factors, fallback):
     q[0, prob.pins], q[1, prob.pins] = pins[0], pins[1]
     c = np.zeros((n_states, n, 3)) if controls is None else controls
     factors = [None, None]
-    stepper = None if prob.scheme == "symplectic" else _ImplicitStep(prob, fallback)
+    stepper = None if prob.scheme == "symplectic" else _ImplicitStep(prob)
     for j in range(1, n_states - 1):
         if stepper is None:   # u_j is M/h^2 q_{j+1} + (terms without q_{j+1})
             guess = 2 * q[j] - q[j - 1]

@@ -67,7 +67,7 @@ def test_substeps_close_the_loop_on_the_substep_grid():
 
 def test_flag_builds_at_the_papers_size():
     # the stiff cotton flag buckles in the gusts of its run-in: Newton on |R| stalls at frame 55 there,
-    # and the forward simulation finishes with Levenberg–Marquardt steps
+    # and that step is solved by Picard iterations (wind frozen, the incremental potential minimized)
     scene = SCENES["flag"](1.0)
     prob = scene.prob
     assert (prob.n_vertices, scene.n_elements, prob.n_frames) == (174, 280, 100)
