@@ -69,7 +69,7 @@ def main(argv=None):
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("bench", help="print benchmark figures")
     p.add_argument("suite", choices=["nbody", "table1", "speed"])
-    p.add_argument("--steps", type=int, default=4, help="speed: Gauss-Newton steps per solve")
+    p.add_argument("--steps", type=int, default=4, help="speed: Gauss-Newton steps per solve (with --big-only: steps of the big case)")
     p.add_argument("--no-scaling", action="store_true", help="speed: skip the scaling table")
     p.add_argument("--no-big", action="store_true", help="speed: skip the 2000-vertex x 1000-frame case")
     p.add_argument("--big-only", action="store_true", help="speed: only the 2000-vertex x 1000-frame case")

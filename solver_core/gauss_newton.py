@@ -48,7 +48,8 @@ class GaussNewton:
     One instance keeps the residual-Jacobian pattern and the linear-solver backend (and so its
     symbolic factorization) for all its iterations. A problem-aware backend (one with ``bind``, such
     as "structured") computes gradient and direction itself: ``bind(prob)``, then per iteration
-    ``g = linearize(q, u)`` and ``direction(g, damping)``. When its inexact direction stalls, Gauss–Newton asks it to ``tighten()``; once it cannot, "auto" switches to the direct solve
+    ``g = linearize(q, u)`` and ``direction(g, damping)``. When its inexact direction stalls,
+    Gauss–Newton asks it to ``tighten()``; once it cannot, "auto" switches to the direct solve
     (``switched`` records the iteration). ``history`` lists per-iteration dicts with iteration, loss,
     step (line-search factor), step_norm, seconds and backend.
     """

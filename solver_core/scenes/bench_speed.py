@@ -167,9 +167,9 @@ def scaling_table(sizes, frames, iters, cholmod_limit):
 def run_benchmark(iters=4, scenes=None, scaling=True, big=True, big_only=False):
     """Scene comparison (``scenes``: names from SCENES, default all, [] for none), then the scaling
     table (cloth grids 10x10 .. 50x40 vertices, 100 .. 1000 frames; 2000 x 1000 alone and last when
-    ``big``); ``big_only``: just the 2000 x 1000 row."""
+    ``big``); ``big_only``: just the 2000 x 1000 row, ``iters`` steps."""
     if big_only:
-        scaling_table([(50, 40)], [1000], 2, cholmod_limit=0)
+        scaling_table([(50, 40)], [1000], iters, cholmod_limit=0)
         return
     compare_scenes(iters, tuple(SCENES) if scenes is None else scenes)
     if scaling:
