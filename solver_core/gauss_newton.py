@@ -14,7 +14,7 @@ _MAX_DAMPING_RAISES = 4  # Marquardt damping raises per iteration before the lin
 # 4 steps, cloth from the forward simulation): 10k unknowns 3.3 s CHOLMOD vs 4.8 s structured, 18k 10.0
 # vs 2.5 s, 23k 17.1 vs 9.7 s, 51k (the flag) 173 vs 15 s.
 AUTO_STRUCTURED_MIN_UNKNOWNS = 15_000
-_STALL = 1e-3  # relative loss decrease below which an inexact direction counts as no progress
+_FAILED_STEP = 1e-3  # line-search step below which an inexact direction counts as failed
 
 
 def choose_backend(prob, name="auto"):
@@ -68,13 +68,14 @@ class GaussNewton:
         if self.problem_aware:
             backend.bind(self.prob)
 
-    def _recover(self, iteration):
-        """After no progress: True if the inexact solve was tightened or "auto" switched to direct."""
+    def _recover(self, iteration, switch):
+        """After an inexact direction converged or failed: True if the inexact solve was tightened
+        or, with ``switch`` (the direction failed), "auto" switched to the direct solve."""
         if not (self.problem_aware and self.backend.inexact):
             return False
         if self.backend.tighten():
             return True
-        if self.auto:
+        if switch and self.auto:
             self._use(make_backend("auto"))
             self.switched = iteration
             return True
@@ -157,7 +158,7 @@ class GaussNewton:
                     break
                 damping = max(100 * damping, 1e-3)
             if accepted is None:
-                if self._recover(it):
+                if self._recover(it, switch=True):
                     damping = 0.0
                     continue
                 self.stop_reason = "line_search"
@@ -171,7 +172,8 @@ class GaussNewton:
                 self.cancelled = True
                 self.stop_reason = "cancelled"
                 break
-            if previous - current <= max(tol, _STALL if self.problem_aware else 0.0) * previous and self._recover(it):
+            failed = s < _FAILED_STEP   # the line search all but rejected the direction
+            if (failed or previous - current <= tol * previous) and self._recover(it, switch=failed):
                 continue
             if previous - current <= tol * previous:
                 self.stop_reason = "tol"

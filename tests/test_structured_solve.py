@@ -95,26 +95,37 @@ def test_auto_picks_structured_for_large_problems_only():
     assert gauss_newton.choose_backend(slow) == "auto"
 
 
-def test_stalled_inexact_solve_tightens_then_auto_switches_to_direct(monkeypatch):
+class Overshooting(StructuredBackend):
+    """A structured solve whose directions are 1e4 times too long: the line search all but rejects them."""
+
+    def direction(self, g, damping=0.0):
+        return 1e4 * super().direction(g, damping)
+
+
+def test_failing_inexact_directions_tighten_then_auto_switches_to_direct(monkeypatch):
     prob, q = small_cloth(n_frames=12, floor=True)
-    direct = GaussNewton(prob, backend="cholmod")
-    direct.run(q, max_iters=300, tol=1e-10)
-    # one PCG iteration per direction, one tightening (4): progress stalls, so "auto" must go direct
     monkeypatch.setattr(gauss_newton, "AUTO_STRUCTURED_MIN_UNKNOWNS", 0)
-    monkeypatch.setitem(linsolve.BACKENDS, "structured", lambda: StructuredBackend(max_cg=1, max_tighten=1))
+    monkeypatch.setitem(linsolve.BACKENDS, "structured", lambda: Overshooting(max_tighten=1))
     gn = GaussNewton(prob)
     assert gn.backend.name == "structured"
     gn.run(q, max_iters=300, tol=1e-10)
-    assert gn.stop_reason == "tol" and gn.switched is not None
+    assert gn.backend.name == "cholmod" and gn.switched is not None
+    assert gn.stop_reason == "tol" and gn.history[-1]["loss"] < 0.05 * sc.loss(prob, q)
     names = [h["backend"] for h in gn.history[1:]]
     assert names[0] == "structured" and names[-1] == "cholmod"
-    assert abs(gn.history[-1]["loss"] - direct.history[-1]["loss"]) <= 0.01 * direct.history[-1]["loss"]
     # asked for by name, the structured solve tightens but never switches
-    strict = GaussNewton(prob, backend=StructuredBackend(max_cg=1, max_tighten=2))
+    strict = GaussNewton(prob, backend=Overshooting(max_tighten=1))
     strict.run(q, max_iters=300, tol=1e-10)
-    assert strict.backend.tightened == 2 and strict.switched is None
+    assert strict.backend.tightened == 1 and strict.switched is None
     assert {h["backend"] for h in strict.history[1:]} == {"structured"}
-    assert max(strict.backend.cg_iterations) > 10
+
+
+def test_inexact_solve_is_tightened_before_gauss_newton_stops():
+    prob, q = small_cloth(n_frames=12, floor=True)
+    gn = GaussNewton(prob, backend=StructuredBackend(max_cg=1, max_tighten=2))
+    gn.run(q, max_iters=1000, tol=1e-10)
+    assert gn.stop_reason == "tol" and gn.backend.tightened == 2
+    assert max(gn.backend.cg_iterations) > 1
 
 
 def test_structured_refuses_what_it_does_not_solve():
