@@ -90,8 +90,7 @@ class _ImplicitStep:
         h = prob.h
         m = model.mass[:, None]
         d = model.drag[:, None]
-        x = 2 * q_cur - q_prev if x0 is None else x0.copy()
-        x[prob.pins] = x_pins
+        x = self._start(q_prev, q_cur, x_pins, x0)
         tt = prob.step_times(np.array([j + 1]))
         potential = self.potential
         jj = np.array([j])
@@ -107,9 +106,7 @@ class _ImplicitStep:
                          + model.energy(y[None], tt)[0] - np.sum(control * y))
 
         r = res(x)
-        # Round-off reference: the largest of inertia, residual and force terms that R sums.
-        scale = max(np.abs(m * (q_cur - q_prev)).max() / h ** 2, np.abs(r).max(),
-                    np.abs(model.forces(x[None], tt)).max(), 1e-300)
+        scale = max(self._scale(q_prev, q_cur, x, tt), np.abs(r).max())
         shift = 0.0
         for _ in range(max_iters):
             if np.abs(r).max() <= tol * scale:
@@ -122,7 +119,6 @@ class _ImplicitStep:
                 dx, shift = self._direction(q_prev, q_cur, x, j, r, shift, on_phi)
             phi0 = merit(x, r, on_phi)
             slope = -float(r @ dx) if on_phi else 0.0
-
             s = 1.0
             while s >= 1e-4:
                 y = x.copy()
@@ -154,15 +150,23 @@ class _ImplicitStep:
                 pass
             shift = max(1e-3, 10 * shift)
 
+    def _start(self, q_prev, q_cur, x_pins, x0=None):
+        """Newton's starting point: x0 (default the extrapolation 2 q_cur - q_prev) with the pins set."""
+        x = 2 * q_cur - q_prev if x0 is None else x0.copy()
+        x[self.prob.pins] = x_pins
+        return x
+
+    def _scale(self, q_prev, q_cur, x, tt):
+        """Round-off reference: the largest of the inertia and force terms that the step residual sums."""
+        inertia = np.abs(self.model.mass[:, None] * (q_cur - q_prev)).max() / self.prob.h ** 2
+        return max(inertia, np.abs(self.model.forces(x[None], tt)).max(), 1e-300)
+
     def _picard(self, q_prev, q_cur, control, x_pins, j, tol, max_iters):
         """Lagged non-conservative forces, the conservative step solved by ``self._conservative``."""
         jj = np.array([j])
         tt = self.prob.step_times(np.array([j + 1]))
-        m = self.model.mass[:, None]
-        x = 2 * q_cur - q_prev
-        x[self.prob.pins] = x_pins
-        scale = max(np.abs(m * (q_cur - q_prev)).max() / self.prob.h ** 2,
-                    np.abs(self.model.forces(x[None], tt)).max(), 1e-300)
+        x = self._start(q_prev, q_cur, x_pins)
+        scale = self._scale(q_prev, q_cur, x, tt)
         for _ in range(max_iters):
             frozen = control + sum(term.forces(x[None], tt)[0] for term in self._frozen)
             x, _ = self._conservative._newton(q_prev, q_cur, frozen, x_pins, j, tol, max_iters, False, x)

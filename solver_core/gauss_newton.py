@@ -20,8 +20,7 @@ _FAILED_STEP = 1e-3  # line-search step below which an inexact direction counts 
 def choose_backend(prob, name="auto"):
     """The backend "auto" means for ``prob``: "structured" where it applies and the problem is large,
     else the direct solve ("auto" of ``make_backend``). Other names pass through."""
-    if isinstance(name, str) and name == "auto" and supports(prob) is None \
-            and int(prob.free_mask().sum()) >= AUTO_STRUCTURED_MIN_UNKNOWNS:
+    if name == "auto" and supports(prob) is None and int(prob.free_mask().sum()) >= AUTO_STRUCTURED_MIN_UNKNOWNS:
         return "structured"
     return name
 
@@ -56,7 +55,7 @@ class GaussNewton:
 
     def __init__(self, prob, backend="auto"):
         self.prob = prob
-        self.auto = isinstance(backend, str) and backend == "auto"
+        self.auto = backend == "auto"
         self._use(make_backend(choose_backend(prob, backend)))
         self._jac = None
         self.history = []
