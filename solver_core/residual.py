@@ -9,6 +9,9 @@ import scipy.sparse as sp
 
 from . import scheme
 
+# positions per batch of residual rows: the force models' temporaries are ~80x this (a 2,000-vertex cloth: 87 frames)
+_BATCH_COORDINATES = 2 ** 19
+
 
 def force_steps(prob):
     """(step index of the positions the forces of each residual row j see, their frame times)."""
@@ -17,9 +20,16 @@ def force_steps(prob):
 
 
 def residual_steps(prob, q):
-    """Residual forces u (n_steps, n, 3) of a trajectory on the solver grid."""
+    """Residual forces u (n_steps, n, 3) of a trajectory on the solver grid.
+
+    Rows are evaluated in batches of frames, so the force models' temporaries stay bounded on long loops."""
     q = prob.check_trajectory(q)
-    u = scheme.step_rows(prob, np.roll(q, 1, axis=0), q, np.roll(q, -1, axis=0), np.arange(prob.n_steps))
+    n = prob.n_steps
+    batch = max(1, _BATCH_COORDINATES // q[0].size)
+    u = np.empty(q.shape)
+    for start in range(0, n, batch):
+        j = np.arange(start, min(start + batch, n))
+        u[j] = scheme.step_rows(prob, q[j - 1], q[j], q[(j + 1) % n], j)
     u[:, prob.pins] = 0.0
     return u
 

@@ -26,7 +26,7 @@ import scipy.sparse.linalg as spla
 
 from .residual import force_steps, penalty_terms
 
-_CHUNK_BYTES = 256 * 2 ** 20  # memory for one batch of per-frame force-Jacobian values
+_CHUNK_BYTES = 32 * 2 ** 20  # one batch of per-frame force-Jacobian values (their temporaries are ~4x this)
 SCHEMES = ("symplectic", "backward")
 
 
@@ -117,12 +117,12 @@ class LoopOperator:
                 jv[:, self._gather_index], self._gather_starts, axis=1)
         n, m = self.n_steps, self.m
         if self._matrix is None:
-            col_frame = (np.arange(n) + self.force_offset) % n
-            indices = (self.pattern_cols[None, :] + (col_frame * m)[:, None]).ravel()
+            index_type = np.int32 if max(n * self.nnz, n * m) < 2 ** 31 else np.int64
+            col_frame = ((np.arange(n) + self.force_offset) % n).astype(index_type)
+            indices = (self.pattern_cols.astype(index_type)[None, :] + (col_frame * m)[:, None]).ravel()
             indptr = (self.indptr[None, :-1] + (np.arange(n) * self.nnz)[:, None]).ravel()
-            index_type = np.int32 if n * self.nnz < 2 ** 31 else np.int64
-            self._matrix = sp.csr_matrix((self.values.ravel(), indices.astype(index_type),
-                                          np.append(indptr, n * self.nnz).astype(index_type)), shape=(n * m, n * m))
+            self._matrix = sp.csr_matrix((self.values.ravel(), indices, np.append(indptr, n * self.nnz).astype(index_type)),
+                                         shape=(n * m, n * m))
         else:
             self._matrix.data = self.values.ravel()
 

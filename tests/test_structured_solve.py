@@ -1,5 +1,6 @@
 """The structured (matrix-free, sweep-preconditioned PCG) Gauss–Newton solve against direct CHOLMOD."""
 import copy
+import importlib
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from solver_core.models.contact import FloorContact
 from solver_core.models.external import Gravity, Wind
 from solver_core.residual import residual_steps
 from solver_core.forward import simulate
+from solver_core.scenes import bench_speed
 from solver_core.scenes.bench_speed import cloth_grid, doughnut_problem
 from solver_core.structured_solve import StructuredBackend, supports
 
@@ -138,3 +140,16 @@ def test_structured_refuses_what_it_does_not_solve():
         assert GaussNewton(other).backend.name == "cholmod"
         with pytest.raises(ValueError, match="does not apply"):
             GaussNewton(other, backend="structured")
+
+
+@pytest.mark.parametrize("make", [lambda: bench_speed.flag_problem(nx=6, ny=5, n_frames=12, warmup=4),
+                                  lambda: bench_speed.doughnut_problem(n_frames=8, nu=10, nv=6, spacing=0.06)],
+                         ids=["windy cloth", "soft body on a floor"])
+def test_residual_in_frame_batches_equals_all_frames_at_once(make, monkeypatch):
+    """Long loops evaluate the residual in batches of frames; the batches must not change a bit."""
+    prob = make()
+    q = prob.apply_constraints(simulate(prob))
+    q = q + 1e-3 * np.random.default_rng(3).standard_normal(q.shape)
+    whole = residual_steps(prob, q)
+    monkeypatch.setattr(importlib.import_module("solver_core.residual"), "_BATCH_COORDINATES", 2 * q[0].size + 1)   # two frames per batch
+    np.testing.assert_array_equal(residual_steps(prob, q), whole)
