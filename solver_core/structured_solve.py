@@ -11,7 +11,8 @@ Jacobian of one frame, so J is block-sparse in space and banded periodic in time
   (rows 1..N-2, each solved for its latest frame, plus the soft-constraint rows), and the two
   wrap-around rows N-1 and 0: H = T^T B T + (rank <= 2m). It applies (T^T B T)^{-1} by a backward
   and a forward sweep over frames with one sparse LU per frame (the linearized implicit step),
-  exact for the time-varying stiffness; the low-rank wrap term is left to the Krylov iteration.
+  exact for the time-varying stiffness (stabilized on frames whose forces would make the sweep blow
+  up); the low-rank wrap term is left to the Krylov iteration.
 * ``StructuredBackend`` runs preconditioned conjugate gradients on (H + damping diag(H)) d = -g to the
   relative residual of an inexact-Newton forcing sequence (loose while the gradient is large, tight
   near convergence), capped at ``max_cg`` iterations (a truncated CG step is still a descent direction),
@@ -28,6 +29,12 @@ from .residual import force_steps, penalty_terms
 
 _CHUNK_BYTES = 32 * 2 ** 20  # one batch of per-frame force-Jacobian values (their temporaries are ~4x this)
 SCHEMES = ("symplectic", "backward")
+_SHIFT_SAFETY = 1.2  # margin on the Lanczos (under)estimate of a frame's destabilizing stiffness
+# A mode of scaled stiffness k, shifted by s, grows through the sweep by the root of (1 + s - k) r^2 - 2 r + 1:
+# growth for 0 < k - s < 4, decay for k - s >= 4. A frame whose largest k is >= 4 is not shifted (a shift
+# that large would swamp the block; measured on a randomly crumpled cloth: 627 PCG iterations unshifted,
+# no convergence in 5,000 shifted).
+_STABLE_ABOVE = 4.0
 
 
 def supports(prob):
@@ -159,11 +166,45 @@ class LoopOperator:
     def diagonal(self):
         """diag(J^T B J + penalty diagonal) on the free unknowns."""
         off, w2 = self.force_offset, self.weight ** 2
-        entries = -self.values
-        entries[:, self.diag_slots] += self.coef[off]
-        d = np.roll((entries ** 2 * w2[self.pattern_rows]) @ self._column_sum, off, axis=0)
+        d = np.empty((self.n_steps, self.m))
+        batch = max(1, _CHUNK_BYTES // (8 * self.nnz))
+        for start in range(0, self.n_steps, batch):
+            entries = -self.values[start:start + batch]
+            entries[:, self.diag_slots] += self.coef[off]
+            d[start:start + batch] = (entries ** 2 * w2[self.pattern_rows]) @ self._column_sum
+        d = np.roll(d, off, axis=0)
         d += sum(w2 * self.coef[o] ** 2 for o in (-1, 0, 1) if o != off)
         return self.restrict(d + self.penalty_diag)
+
+    def stiffness_bound(self, steps=80, seed=0):
+        """Per residual row j, the largest eigenvalue of sym(K_j) scaled by the inertia coefficient
+        (C^-1/2 sym(K_j) C^-1/2, C = coef[+1]): positive where the forces destabilize the implicit step
+        (a compressed membrane buckling). ``steps`` Lanczos steps batched over all rows; a Ritz value, so
+        it never exceeds the true eigenvalue."""
+        n, m, off, K = self.n_steps, self.m, self.force_offset, self._matrix
+        s = 1.0 / np.sqrt(self.coef[1])
+
+        def apply(V):                                  # row j: C^-1/2 sym(K_j) C^-1/2 V[j]
+            sv = s * V
+            y = (K @ np.roll(sv, off, axis=0).ravel()).reshape(n, m)
+            y += np.roll((K.T @ sv.ravel()).reshape(n, m), -off, axis=0)
+            return 0.5 * s * y
+
+        steps = min(steps, m)
+        v = np.random.default_rng(seed).standard_normal((n, m))
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        v_old, beta = np.zeros_like(v), np.zeros(n)
+        tri = np.zeros((n, steps, steps))
+        for i in range(steps):
+            w = apply(v)
+            alpha = np.einsum("nm,nm->n", w, v)
+            w -= alpha[:, None] * v + beta[:, None] * v_old
+            tri[:, i, i] = alpha
+            beta = np.linalg.norm(w, axis=1)
+            if i + 1 < steps:
+                tri[:, i, i + 1] = tri[:, i + 1, i] = beta
+            v_old, v = v, w / np.maximum(beta, 1e-300)[:, None]
+        return np.linalg.eigvalsh(tri)[:, -1]
 
     def gradient(self, u_active, q):
         """J^T B u + penalty gradient, for active residual rows u_active (n_steps, m)."""
@@ -177,22 +218,33 @@ class LoopOperator:
 
 class SweepPreconditioner:
     """(T^T B T)^{-1} by two sweeps over frames: T holds rows 1..N-2 of J (each solved for its latest
-    frame, a sparse LU per frame) and the soft-constraint rows; the wrap rows N-1 and 0 are left out."""
+    frame, a sparse LU per frame) and the soft-constraint rows; the wrap rows N-1 and 0 are left out.
+
+    Stabilized: where a frame's forces destabilize the implicit step (positive ``stiffness_bound``, e.g. a
+    buckling membrane at a Gauss–Newton iterate), the sweep would amplify errors exponentially through
+    that frame (a swinging cloth's sweep reached a norm of ~1e19 and PCG stalled). Its leading block then
+    gets ``shifts[j]`` times the inertia added, so every block is at least as stable as the free particle
+    (unless the frame's largest destabilizing stiffness is so large that its mode decays anyway).
+    T changes identically in both sweeps, so the preconditioner stays symmetric positive definite."""
 
     def __init__(self, op):
         self.op = op
         n = op.n_steps
         self.penalty = {f: np.sqrt(op.penalty_diag[f]) for f in op.free_frames if f < 2}
         self.sweep_frames = np.arange(2, n)          # frame f is the latest frame of row f - 1
+        self.shifts = np.zeros(n)
         self._lu = {}
         self._own = {}                               # row j's force Jacobian on its own frame j (symplectic)
 
     def update(self):
         """Refactorize the per-frame leading blocks for the operator's current force Jacobians."""
         op = self.op
+        if op.force_offset == 1:                     # symplectic: the leading block is the inertia alone
+            bound = op.stiffness_bound()
+            self.shifts = np.where((bound > 0) & (bound < _STABLE_ABOVE), _SHIFT_SAFETY * bound, 0.0)
         for f in self.sweep_frames:
             j = f - 1
-            lead = sp.diags(op.coef[1])
+            lead = sp.diags(op.coef[1] * (1.0 + self.shifts[j]))
             if op.force_offset == 1:
                 lead = lead - op.frame_jacobian(j)
             # the block's pattern is symmetric: minimum degree on A + A^T, diagonal pivots preferred
@@ -264,7 +316,9 @@ class StructuredBackend:
 
     name = "structured"
 
-    def __init__(self, forcing=0.3, rtol_min=1e-10, max_cg=60, max_tighten=2):
+    # forcing 0.1 (measured with the stabilized sweep, paper-size scenes, time to CHOLMOD's loss after 4
+    # steps): swinging cloth 14.1 s vs 21.5 s at 0.3, flag 9.6 vs 11.4 s, doughnut 6.3 vs 6.4 s
+    def __init__(self, forcing=0.1, rtol_min=1e-10, max_cg=60, max_tighten=2):
         self.forcing, self.rtol_min, self.max_cg, self.max_tighten = forcing, rtol_min, max_cg, max_tighten
         self.op = None
 
