@@ -239,7 +239,7 @@ class SweepPreconditioner:
     def update(self):
         """Refactorize the per-frame leading blocks for the operator's current force Jacobians."""
         op = self.op
-        if op.force_offset == 1:                     # symplectic: the leading block is the inertia alone
+        if op.force_offset == 1:                     # backward (a symplectic block is the inertia alone)
             bound = op.stiffness_bound()
             self.shifts = np.where((bound > 0) & (bound < _STABLE_ABOVE), _SHIFT_SAFETY * bound, 0.0)
         for f in self.sweep_frames:
