@@ -12,7 +12,7 @@ from .structured_solve import supports
 _MAX_DAMPING_RAISES = 4  # Marquardt damping raises per iteration before the line search gives up
 # "auto" uses the structured solve from this many free unknowns on. Measured (time to CHOLMOD's loss after
 # 4 steps, cloth from the forward simulation): 10k unknowns 3.3 s CHOLMOD vs 4.8 s structured, 18k 10.0
-# vs 2.5 s, 23k 17.1 vs 9.7 s, 51k (the flag) 173 vs 15 s.
+# vs 2.5 s, 23k 17.1 vs 9.7 s, 51k (the flag) 173 vs 15 s (measured before the sweep was stabilized).
 AUTO_STRUCTURED_MIN_UNKNOWNS = 15_000
 _FAILED_STEP = 1e-3  # line-search step below which an inexact direction counts as failed
 
