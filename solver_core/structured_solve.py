@@ -311,7 +311,8 @@ class StructuredBackend:
     at least ``rtol_min``, with at most ``max_cg`` iterations while it is ``forcing`` and 10 ``max_cg``
     after. ``inexact`` says whether the last solve stopped at its cap or short of ``rtol_min``;
     ``tighten()`` (called by Gauss–Newton when an inexact direction makes no progress) divides the
-    forcing by 10 and multiplies the cap by 4, up to ``max_tighten`` times. ``cg_iterations`` lists the PCG iterations of every solve.
+    forcing by 10 and multiplies the cap by 4, up to ``max_tighten`` times. ``cg_iterations`` lists
+    the PCG iterations of every solve.
     """
 
     name = "structured"

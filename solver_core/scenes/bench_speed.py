@@ -168,8 +168,11 @@ def run_benchmark(iters=4, scenes=None, scaling=True, big=True, big_only=False):
     """Scene comparison (``scenes``: names from SCENES, default all, [] for none), then the scaling
     table (cloth grids 10x10 .. 50x40 vertices, 100 .. 1000 frames; 2000 x 1000 alone and last when
     ``big``); ``big_only``: just the 2000 x 1000 row, ``iters`` steps."""
+    def big_case(steps):
+        scaling_table([(50, 40)], [1000], steps, cholmod_limit=0)
+
     if big_only:
-        scaling_table([(50, 40)], [1000], iters, cholmod_limit=0)
+        big_case(iters)
         return
     compare_scenes(iters, tuple(SCENES) if scenes is None else scenes)
     if scaling:
@@ -177,4 +180,4 @@ def run_benchmark(iters=4, scenes=None, scaling=True, big=True, big_only=False):
         scaling_table([(10, 10), (25, 20), (50, 40)], [100, 300], 2, cholmod_limit=60_000)
         scaling_table([(10, 10), (25, 20)], [1000], 2, cholmod_limit=0)
         if big:
-            scaling_table([(50, 40)], [1000], 2, cholmod_limit=0)
+            big_case(2)
