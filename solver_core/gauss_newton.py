@@ -10,7 +10,12 @@ from .residual import ResidualJacobian, inertia_metric, loss, penalty_terms, res
 from .structured_solve import supports
 
 _MAX_DAMPING_RAISES = 12  # trust-region shrinks (damping raises) per iteration before it gives up
-_DAMPING0 = 1e-3          # initial Levenberg–Marquardt damping, relative to the inertia metric
+# Levenberg–Marquardt damping, relative to the inertia metric: where it starts, its least value after a
+# rejected step, and the value below which it is switched off (plain Gauss–Newton steps then converge
+# quadratically on loops that can be exactly physical). Measured against starting undamped: a contact
+# cloth (12 frames) converged in 149 vs 285 iterations, the flag (scale 0.25) reached 12.9 vs 13.4 in 60
+# iterations, 3-body loops from fast projection took 10-11 vs 4 iterations.
+_DAMPING0, _DAMPING_MIN, _DAMPING_OFF = 1e-3, 1e-4, 1e-6
 _ACCEPT = 1e-4            # a step is taken when the loss falls by this fraction of the model's prediction
 _FAILED_RAISES = 1        # an inexact direction whose first step was rejected counts as failed
 # "auto" uses the structured solve from this many free unknowns on. Measured (time to CHOLMOD's loss after
@@ -163,10 +168,11 @@ class GaussNewton:
                 if rho > _ACCEPT:
                     accepted = (trial, value)
                     lam, grow = lam * max(1 / 3, 1 - (2 * rho - 1) ** 3), 2.0
+                    lam = 0.0 if lam < _DAMPING_OFF else lam
                     break
                 if 0 <= predicted <= tol * current:   # the model itself has nothing left to gain
                     break
-                lam, grow = lam * grow, 2 * grow
+                lam, grow = max(lam * grow, _DAMPING_MIN), 2 * grow
             if accepted is None:
                 if self._recover(it, switch=True):
                     lam, grow = _DAMPING0, 2.0

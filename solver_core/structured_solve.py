@@ -281,12 +281,12 @@ class SweepPreconditioner:
         return op.restrict(X)
 
 
-def pcg(apply_a, b, apply_m, rtol, max_iters, eta=0.0):
+def pcg(apply_a, b, apply_m, rtol, max_iters, eta=None):
     """Preconditioned conjugate gradients on A x = b from x = 0.
 
-    Stops when |r| <= rtol |b| and the quadratic model Q(x) = x.A x / 2 - b.x has stopped improving,
-    i (Q_i - Q_{i-1}) >= eta Q_i (Nash and Sofer's truncated-Newton test: a small residual alone can
-    stop on a direction that holds a few percent of the model's decrease). Returns (x, iterations,
+    Stops when |r| <= rtol |b| and, with ``eta``, the quadratic model Q(x) = x.A x / 2 - b.x has stopped
+    improving, i (Q_{i-1} - Q_i) <= eta |Q_i| (Nash and Sofer's truncated-Newton test: a small residual
+    alone can stop on a direction that holds a few percent of the model's decrease). Returns (x, iterations,
     converged); an unconverged x is still a descent direction for an SPD system."""
     x = np.zeros_like(b)
     r = b.copy()
@@ -301,7 +301,7 @@ def pcg(apply_a, b, apply_m, rtol, max_iters, eta=0.0):
         x += alpha * p
         r -= alpha * ap
         previous, model = model, -0.5 * float(x @ (b + r))    # Q(x) = -x.(b + r) / 2, since A x = b - r
-        if np.linalg.norm(r) <= target and it * (model - previous) >= eta * model:
+        if np.linalg.norm(r) <= target and (eta is None or it * (previous - model) <= -eta * model):
             return x, it, True
         z = apply_m(r)
         rz, rz_old = r @ z, rz
