@@ -19,7 +19,8 @@ def cmd_loop(args):
     res = make_loop(prob, init=init, max_iters=args.max_iters, tol=args.tol, backend=args.backend,
                     callback=None if args.quiet else _progress)
     save_result(args.output, res)
-    report = dict(init_used=res.init_used, fallback_reason=res.fallback_reason, stop_reason=res.stop_reason,
+    report = dict(status=res.status, success=res.success, message=res.message,
+                  init_used=res.init_used, fallback_reason=res.fallback_reason, stop_reason=res.stop_reason,
                   fast_projection_iterations=res.fast_projection_iterations,
                   gauss_newton_iterations=res.gauss_newton_iterations, seconds=round(res.seconds, 3),
                   initial_loss=res.initial_loss, final_loss=res.final_loss,
