@@ -1,8 +1,9 @@
 """Loop -> a self-contained web page (three.js inlined) that plays the loop beside the forward cache.
 
-three.js comes from npm (``npm ci --prefix web`` in this repository, or the folder named by the
-CYCLIC_LOOP_THREE environment variable: three's ``build`` folder); its two module files are inlined
-as data URLs in an import map, so the page needs no network and no server.
+three.js comes from npm: the copy the add-on ships (``three/``, put there by build_extension.py), the
+folder named by the CYCLIC_LOOP_THREE environment variable (three's ``build`` folder) or this repository's
+``npm ci --prefix web``. Its two module files are inlined as data URLs in an import map, so the page needs
+no network and no server.
 """
 import base64
 import json
@@ -15,17 +16,21 @@ from . import gltf, scene_io, web_page, writeback
 from .errors import LoopInputError
 from .files import atomic_path, check_writable
 
-REPO_THREE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "web", "node_modules", "three", "build")
+HERE = os.path.dirname(os.path.abspath(__file__))
+THREE_FILES = ("three.core.js", "three.module.js")
 
 
 def three_build_dir():
-    """three.js's ``build`` folder (with three.core.js and three.module.js)."""
-    folder = os.environ.get("CYCLIC_LOOP_THREE") or REPO_THREE
-    if not all(os.path.isfile(os.path.join(folder, f)) for f in ("three.core.js", "three.module.js")):
-        raise LoopInputError(f"the web preview inlines three.js, which is not at {folder}: run `npm ci --prefix web` "
-                             "in the Cyclic Loop folder, or set CYCLIC_LOOP_THREE to three's build folder")
-    return folder
+    """three.js's build folder: CYCLIC_LOOP_THREE, else the copy shipped with the add-on, else the repository's."""
+    override = os.environ.get("CYCLIC_LOOP_THREE")
+    candidates = [override] if override else [
+        os.path.join(HERE, "three"), os.path.join(os.path.dirname(HERE), "web", "node_modules", "three", "build")]
+    for folder in candidates:
+        if all(os.path.isfile(os.path.join(folder, name)) for name in THREE_FILES):
+            return folder
+    raise LoopInputError("the web preview inlines three.js, which was not found: set CYCLIC_LOOP_THREE to the "
+                         "build folder of three (npm), or run `npm ci --prefix web` in the Cyclic Loop repository "
+                         "and build the add-on again")
 
 
 def _data_url(text):
