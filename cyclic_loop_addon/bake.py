@@ -87,7 +87,8 @@ def _settings(args):
 
 def _check_outputs(args, source):
     outputs = {"output": args.output, "abc": args.abc, "pc2": args.pc2, "preview": args.preview,
-               "vat": args.vat and vat.probe_path(args.vat), "glb": args.glb, "html": args.html}
+               "vat": args.vat and vat.probe_path(args.vat), "glb": args.glb and gltf.checked_path(args.glb),
+               "html": args.html}
     if not any(outputs.values()):
         raise LoopInputError("nothing to write: give --output, --abc, --pc2, --preview, --vat, --glb and/or --html")
     for what, path in {**outputs, "json": args.json}.items():

@@ -101,22 +101,31 @@ def temporary_copy(gathered, context=None, suffix="_loop"):
 
 
 def export_alembic(gathered, q, path, context=None):
-    """Alembic of exactly one period (frames A .. A + (N - 1) * step), world space, via Blender's exporter.
+    """Alembic of exactly one period: N samples, one per loop frame, world space, via Blender's exporter.
 
     The loop is put as cyclic shape keys on a temporary copy of the mesh (object named after the source
-    plus "_loop", no modifiers, identity transform), exported alone and removed again.
+    plus "_loop", no modifiers, identity transform), exported alone and removed again. Blender's exporter
+    writes every frame from start to end, so with a scene frame step S > 1 the copy is keyed on consecutive
+    frames and the scene's frame rate divided by S while exporting: the N samples are S / fps seconds
+    apart and start at frame A - A mod S.
     """
     if gathered.kind != "mesh":
         raise LoopInputError("Alembic export is for meshes; N bodies are written as location keyframes")
     world = writeback.written_loop(gathered, q)
     check_writable(path, "Alembic file")
+    step, render = gathered.frame_step, (context or bpy.context).scene.render
+    first = gathered.frame_start // step
     with temporary_copy(gathered, context) as (temp, _):
-        writeback.add_loop_keys(temp, world, gathered.frame_start, gathered.frame_step)
-        last = gathered.frame_start + (gathered.n_frames - 1) * gathered.frame_step
-        with atomic_path(path, "Alembic file") as tmp:
-            bpy.ops.wm.alembic_export(filepath=tmp, start=gathered.frame_start, end=last, selected=True,
-                                      flatten=True, export_hair=False, export_particles=False,
-                                      as_background_job=False)
-            if not os.path.exists(tmp):
-                raise LoopInputError(f"Blender's Alembic exporter wrote nothing for {path}")
+        writeback.add_loop_keys(temp, world, first, 1)
+        fps_base = render.fps_base
+        render.fps_base = fps_base * step
+        try:
+            with atomic_path(path, "Alembic file") as tmp:
+                bpy.ops.wm.alembic_export(filepath=tmp, start=first, end=first + gathered.n_frames - 1,
+                                          selected=True, flatten=True, export_hair=False, export_particles=False,
+                                          as_background_job=False)
+                if not os.path.exists(tmp):
+                    raise LoopInputError(f"Blender's Alembic exporter wrote nothing for {path}")
+        finally:
+            render.fps_base = fps_base
     return path

@@ -36,12 +36,18 @@ def loop_extras(gathered, scene):
             "loop": "open interval: wrap from the last sample back to the first over one sample interval"}
 
 
+def checked_path(path):
+    """``path`` if it names a glTF file (.glb binary or .gltf with the data embedded)."""
+    if not path.lower().endswith((".glb", ".gltf")):
+        raise LoopInputError(f"the glTF file {path} must end in .glb or .gltf")
+    return path
+
+
 def export_gltf(gathered, q, path, context=None):
     """GLB / glTF of loop q (object space, the node carrying the object's world transform); returns ``path``."""
     if gathered.kind != "mesh":
         raise LoopInputError("glTF export is for meshes; N bodies are written as location keyframes")
-    if not path.lower().endswith((".glb", ".gltf")):
-        raise LoopInputError(f"the glTF file {path} must end in .glb or .gltf")
+    checked_path(path)
     local = writeback.local_loop(gathered, q)
     check_writable(path, "glTF file")
     with export.temporary_copy(gathered, context) as (temp, source):

@@ -12,15 +12,14 @@ PAGE = """<!doctype html>
 <style>
   html, body { margin: 0; height: 100%; background: #20242b; color: #e6e6e6; font: 15px sans-serif; overflow: hidden; }
   canvas { display: block; }
-  #labels { position: absolute; top: 10px; left: 0; right: 0; display: flex; pointer-events: none; }
-  #labels div { flex: 1; text-align: center; }
+  .label { position: absolute; transform: translate(-50%, -100%); white-space: nowrap; pointer-events: none; }
   #status { position: absolute; bottom: 10px; left: 12px; font-family: monospace; }
 </style>
 <script type="importmap">__IMPORTMAP__</script>
 </head>
 <body>
-<div id="labels"><div style="color:#f0a050">forward cache, played as a loop</div>
-<div style="color:#60a8f0">physical loop</div></div>
+<div class="label" id="label-cache" style="color:#f0a050">forward cache, played as a loop</div>
+<div class="label" id="label-loop" style="color:#60a8f0">physical loop</div>
 <div id="status"></div>
 <script id="loop-data" type="application/json">__DATA__</script>
 <script type="module">
@@ -56,7 +55,7 @@ sun.position.set(1, 2, 3);
 scene.add(sun);
 const camera = new THREE.PerspectiveCamera(35, 1, 0.01, 1000);
 
-const objects = {};
+const objects = {}, groups = {};
 for (const [name, colour, side] of [['cache', 0xf0a050, -0.5], ['loop', 0x60a8f0, 0.5]]) {
   const geometry = new THREE.BufferGeometry();
   geometry.setAttribute('position', new THREE.BufferAttribute(clips[name].slice(0, 3 * n), 3));
@@ -71,17 +70,25 @@ for (const [name, colour, side] of [['cache', 0xf0a050, -0.5], ['loop', 0x60a8f0
   group.position.set((alongX ? side * gap : 0) - centre.x, -centre.y, (alongX ? 0 : -side * gap) - centre.z);
   scene.add(group);
   objects[name] = geometry;
+  groups[name] = group;
 }
 
 function resize() {
   renderer.setSize(window.innerWidth, window.innerHeight);
   camera.aspect = window.innerWidth / window.innerHeight;
   const radius = 0.5 * Math.hypot(2 * gap, size.y);
-  const distance = radius / Math.sin(THREE.MathUtils.degToRad(camera.fov) / 2) / Math.min(1, camera.aspect) * 0.8;
+  const distance = radius / Math.sin(THREE.MathUtils.degToRad(camera.fov) / 2) / Math.min(1, camera.aspect) * 0.65;
   const depth = distance + 0.5 * (alongX ? size.z : size.x);
   camera.position.set(alongX ? 0 : depth, 0.15 * distance, alongX ? depth : 0);
   camera.lookAt(0, 0, 0);
   camera.updateProjectionMatrix();
+  camera.updateMatrixWorld();
+  for (const [name, group] of Object.entries(groups)) {      // each label just above its copy
+    const top = group.position.clone().add(centre).add(new THREE.Vector3(0, 0.6 * size.y, 0)).project(camera);
+    const label = document.getElementById(`label-${name}`);
+    label.style.left = `${(top.x + 1) / 2 * window.innerWidth}px`;
+    label.style.top = `${(1 - top.y) / 2 * window.innerHeight}px`;
+  }
 }
 window.addEventListener('resize', resize);
 resize();

@@ -9,8 +9,8 @@ import pytest
 
 bpy = pytest.importorskip("bpy")
 
-from blender_helpers import evaluated_local, open_sample, settings  # noqa: E402
-from cyclic_loop_addon import export, gltf, scene_io, vat, web_preview, writeback  # noqa: E402
+from blender_helpers import evaluated_local, open_sample, settings, sha256  # noqa: E402
+from cyclic_loop_addon import bake, export, gltf, scene_io, vat, web_preview, writeback  # noqa: E402
 from cyclic_loop_addon.errors import LoopInputError  # noqa: E402
 from cyclic_loop_addon.solver import sc  # noqa: E402
 
@@ -162,3 +162,50 @@ def _nearest(points, reference):
     d = np.linalg.norm(points[:, None] - reference[None], axis=2)
     assert d.min(axis=1).max() < 1e-6
     return d.argmin(axis=1)
+
+
+def test_alembic_and_pc2_hold_n_samples_with_a_frame_step(tmp_path):
+    """A scene frame step S: the loop's N frames are S frames apart, and each file still holds N samples."""
+    open_sample("flag")
+    bpy.context.scene.frame_step = 2
+    g = scene_io.gather(settings("flag", frame_start=49, frame_end=72))
+    n = g.n_frames
+    assert (n, g.frame_step) == (12, 2)
+    q = sc.crossfade_loop(g.source)
+    export.export_pc2(g, q, str(tmp_path / "flag.pc2"))
+    points, start, rate = export.read_pc2(str(tmp_path / "flag.pc2"))
+    assert points.shape[0] == n and rate == 2.0
+    export.export_alembic(g, q, str(tmp_path / "flag.abc"))
+    assert bpy.context.scene.render.fps_base == 1.0
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    bpy.ops.wm.alembic_import(filepath=str(tmp_path / "flag.abc"), as_background_job=False)
+    scene = bpy.context.scene
+    (obj,) = bpy.data.objects
+    assert (scene.frame_start, scene.frame_end) == (48, 48 + (n - 1) * 2)      # N samples, 2 frames apart
+    for j in (0, 1, n - 1):
+        np.testing.assert_allclose(evaluated_local(obj, 48 + 2 * j), q[j], atol=1e-5)
+    np.testing.assert_allclose(evaluated_local(obj, 49), 0.5 * (q[0] + q[1]), atol=1e-5)
+
+
+def test_web_page_without_three_is_refused_and_nothing_written(tmp_path, monkeypatch):
+    g, q = _flag()
+    monkeypatch.setenv("CYCLIC_LOOP_THREE", str(tmp_path))
+    with pytest.raises(LoopInputError, match="CYCLIC_LOOP_THREE"):
+        web_preview.write_page(g, q, str(tmp_path / "page.html"))
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--vat", "{tmp}/taken"], "is a file"),
+    (["--vat", "{tmp}/no/such/folder"], "does not exist"),
+    (["--glb", "{tmp}/loop.fbx"], "must end in .glb or .gltf"),
+])
+def test_bake_refuses_bad_engine_outputs(tmp_path, capsys, extra, message):
+    path = open_sample("flag", tmp_path)
+    (tmp_path / "taken").write_text("")
+    before = sha256(path)
+    argv = ["bake.py", path, "--", "--object", "Flag", "--frames", "49", "60", "--iterations", "1", "--init", "cache",
+            "--substeps", "1", *[e.format(tmp=tmp_path) for e in extra]]
+    assert bake.main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert sha256(path) == before and sorted(os.listdir(tmp_path)) == ["flag.blend", "taken"]
