@@ -152,15 +152,10 @@ def run(args):
     if args.preview:
         preview.save_preview(gathered, q, args.preview)
         _say(f"wrote {args.preview}")
-    if args.vat:
-        vat.export_vat(gathered, q, args.vat)
-        _say(f"wrote {args.vat}")
-    if args.glb:
-        gltf.export_gltf(gathered, q, args.glb)
-        _say(f"wrote {args.glb}")
-    if args.html:
-        web_preview.write_page(gathered, q, args.html)
-        _say(f"wrote {args.html}")
+    for path, write in ((args.vat, vat.export_vat), (args.glb, gltf.export_gltf), (args.html, web_preview.write_page)):
+        if path:
+            write(gathered, q, path)
+            _say(f"wrote {path}")
     if args.output:
         with atomic_path(args.output, "--output") as tmp:
             bpy.ops.wm.save_as_mainfile(filepath=tmp, copy=True, compress=True)
