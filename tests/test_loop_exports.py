@@ -209,3 +209,21 @@ def test_bake_refuses_bad_engine_outputs(tmp_path, capsys, extra, message):
     assert bake.main(argv) == 2
     assert message in capsys.readouterr().err
     assert sha256(path) == before and sorted(os.listdir(tmp_path)) == ["flag.blend", "taken"]
+
+
+@pytest.mark.parametrize("name", ["flag", "planets"])
+def test_web_page_embeds_the_loop_and_the_cache(tmp_path, name):
+    """The page's data: both clips in world space, Y up, N frames; triangles for a mesh, points for bodies."""
+    import base64
+    open_sample(name)
+    g = scene_io.gather(settings(name))
+    q = sc.crossfade_loop(g.source)
+    path = web_preview.write_page(g, q, str(tmp_path / "page.html"))
+    html = open(path, encoding="utf-8").read()
+    assert "three-core" in html and "http" not in html.split("<script type=\"module\">")[1]
+    data = json.loads(html.split('<script id="loop-data" type="application/json">')[1].split("</script>")[0])
+    clip = lambda key: np.frombuffer(base64.b64decode(data[key]), "<f4").reshape(g.n_frames, g.n_written, 3)  # noqa: E731
+    np.testing.assert_allclose(clip("loop"), web_preview.y_up(q[:, :g.n_written]), atol=1e-6)
+    np.testing.assert_allclose(clip("cache"), web_preview.y_up(g.source[:, :g.n_written]), atol=1e-6)
+    triangles = np.frombuffer(base64.b64decode(data["triangles"]), "<u4")
+    assert (data["kind"], data["frames"], len(triangles) > 0) == (g.kind, g.n_frames, name == "flag")
