@@ -9,8 +9,7 @@ const require = createRequire(join(process.cwd(), 'web', 'package.json'));
 const { chromium } = require('playwright-core');
 
 export const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  '--use-angle=swiftshader', '--enable-unsafe-swiftshader'];
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 export async function withPage(fn, { width = 1280, height = 640 } = {}) {
   const profile = mkdtempSync(join(tmpdir(), 'cyclic-loop-chromium-'));
