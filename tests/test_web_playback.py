@@ -86,6 +86,8 @@ def test_three_js_plays_the_glb_and_the_vat_as_smoothly_as_blender(baked):
     np.testing.assert_allclose(three, y_up(played[:, index]), atol=1e-5)          # float32 morph targets
     naive = np.reshape(glb["naive"], (steps, -1, 3))     # three.js's default: wraps at the last key, skipping it
     assert np.abs(naive - y_up(played[:, index])).max() > 100 * 1e-5
+    halfway = 0.5 * (played[n - 1] + played[0])          # the wrap is interpolated like any other step
+    np.testing.assert_allclose(np.reshape(glb["halfway"], (-1, 3)), y_up(halfway[index]), atol=1e-5)
 
     info = result["vat"]["info"]
     width, height = info["texture_size"]
