@@ -23,7 +23,7 @@ import time
 
 import bpy
 
-from . import export, preview, scene_io, solve, writeback
+from . import export, gltf, preview, scene_io, solve, vat, web_preview, writeback
 from .errors import LoopInputError, LoopSolveError
 from .files import atomic_path, check_writable
 
@@ -38,6 +38,9 @@ def _parser():
     p.add_argument("--abc", metavar="OUT.abc", help="Alembic of one period")
     p.add_argument("--pc2", metavar="OUT.pc2", help="PC2 of one period (played by a Mesh Cache modifier in --output)")
     p.add_argument("--preview", metavar="OUT.png", help="strip of frames around the wrap, cache above, loop below")
+    p.add_argument("--vat", metavar="DIR", help="vertex animation textures (PNG and EXR), JSON and mesh into DIR")
+    p.add_argument("--glb", metavar="OUT.glb", help="glTF binary of one period as morph-target animation")
+    p.add_argument("--html", metavar="OUT.html", help="self-contained web page playing the loop beside the cache")
     p.add_argument("--json", metavar="OUT.json", help="the report as JSON")
     p.add_argument("--model", choices=scene_io.MODELS, default="auto")
     p.add_argument("--init", choices=solve.INITS, default="fast_projection")
@@ -83,9 +86,11 @@ def _settings(args):
 
 
 def _check_outputs(args, source):
-    outputs = {"output": args.output, "abc": args.abc, "pc2": args.pc2, "preview": args.preview}
+    outputs = {"output": args.output, "abc": args.abc, "pc2": args.pc2, "preview": args.preview,
+               "vat": args.vat and vat.probe_path(args.vat), "glb": args.glb and gltf.checked_path(args.glb),
+               "html": args.html}
     if not any(outputs.values()):
-        raise LoopInputError("nothing to write: give --output, --abc, --pc2 and/or --preview")
+        raise LoopInputError("nothing to write: give --output, --abc, --pc2, --preview, --vat, --glb and/or --html")
     for what, path in {**outputs, "json": args.json}.items():
         if path:
             check_writable(path, f"--{what}")
@@ -124,8 +129,9 @@ def run(args):
     _say(f"gathered {', '.join(gathered.object_names)}: model {gathered.model_name}, {prob.n_vertices} vertices, "
          f"{prob.n_frames} frames ({gathered.frame_start}..{int(gathered.frames[-1])}), "
          f"{prob.substeps} substeps, dt {prob.dt:g}, {len(prob.pins)} pins")
-    if gathered.kind == "bodies" and (args.abc or args.pc2):
-        raise LoopInputError("--abc and --pc2 hold mesh vertices; N bodies are written as location keys (--output)")
+    if gathered.kind == "bodies" and (args.abc or args.pc2 or args.vat or args.glb):
+        raise LoopInputError("--abc, --pc2, --vat and --glb hold mesh vertices; N bodies are written as location "
+                             "keys (--output)")
     for note in gathered.notes:
         _say(f"note: {note}")
     _say(f"solving (init {settings.init}, scheme {gathered.problem.scheme}, up to {settings.iterations} iterations)")
@@ -146,6 +152,10 @@ def run(args):
     if args.preview:
         preview.save_preview(gathered, q, args.preview)
         _say(f"wrote {args.preview}")
+    for path, write in ((args.vat, vat.export_vat), (args.glb, gltf.export_gltf), (args.html, web_preview.write_page)):
+        if path:
+            write(gathered, q, path)
+            _say(f"wrote {path}")
     if args.output:
         with atomic_path(args.output, "--output") as tmp:
             bpy.ops.wm.save_as_mainfile(filepath=tmp, copy=True, compress=True)
