@@ -1,7 +1,7 @@
 """Many loops from one batch file: expand it into bake.py tasks, run them here one after another, or
 write the OpenJD job template a farm runs. Plain Python 3.11+ (tomllib), no bpy:
 
-    python cyclic_loop_addon/farm.py list BATCH.toml              the tasks and their command lines
+    python cyclic_loop_addon/farm.py list BATCH.toml [--bare]     the tasks and their shell command lines
     python cyclic_loop_addon/farm.py run BATCH.toml [--force]     bake them here, then a summary table
     python cyclic_loop_addon/farm.py openjd BATCH.toml -o T.json  the OpenJD job template (farm/openjd/)
 
@@ -20,6 +20,7 @@ if __name__ == "__main__":  # run as a script: import the package, run, exit
 
 import argparse
 import json
+import shlex
 import subprocess
 import time
 
@@ -51,7 +52,7 @@ def run_task(task, blender, force=False):
         with open(task.report) as f:
             report = json.load(f)
         return dict(task=task.name, status="skipped (done before)", seconds=0.0, report=report)
-    print(f"[farm] {task.name}: {' '.join(command(task, blender, force=force))}", flush=True)
+    print(f"[farm] {task.name}: {shlex.join(command(task, blender, force=force))}", flush=True)
     start = time.perf_counter()
     code = subprocess.run(command(task, blender, force=force)).returncode
     seconds = time.perf_counter() - start
@@ -102,6 +103,8 @@ def _parser():
         cmd.add_argument("--force", action="store_true", help="bake finished tasks again")
         if name == "openjd":
             cmd.add_argument("-o", "--out", required=True, metavar="TEMPLATE.json")
+        if name == "list":
+            cmd.add_argument("--bare", action="store_true", help="command lines only, one a line (OpenCue's cuecmd)")
     return p
 
 
@@ -123,7 +126,8 @@ def main(argv):
     tasks = batch.tasks()
     if args.command == "list":
         for task in tasks:
-            print(f"{task.name}: {' '.join(command(task, batch.blender, force=args.force))}")
+            line = shlex.join(command(task, batch.blender, force=args.force))
+            print(line if args.bare else f"{task.name}: {line}")
         return 0
     os.makedirs(batch.output_dir, exist_ok=True)
     rows = [run_task(task, batch.blender, force=args.force) for task in tasks]

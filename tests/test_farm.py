@@ -1,6 +1,7 @@
 """The farm side without Blender: the batch file, its tasks and command lines, the summary table and exit
 status, a task's files (finished / outputs or none), and the solver's memory estimate."""
 import os
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -81,6 +82,10 @@ def test_list_prints_one_command_line_per_task(batch_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 5 and lines[0].startswith("props-Flag-draft: /opt/blender/blender -b --factory-startup")
+    bare = subprocess.run([sys.executable, FARM_PY, "list", "--bare", str(batch_path)], capture_output=True, text=True)
+    tasks = batch_file.load(batch_path).tasks()
+    assert [shlex.split(line) for line in bare.stdout.splitlines()] == [
+        farm.command(t, "/opt/blender/blender") for t in tasks]               # quoted for a shell: "Banner 2"
 
 
 @pytest.mark.parametrize("change, message", [
