@@ -27,6 +27,7 @@ OUTPUT_OPTIONS = {"blend": "--output", "abc": "--abc", "pc2": "--pc2", "preview"
 VARIANT_TYPES = {"model": str, "init": str, "scheme": str, "substeps": int, "iterations": int, "tol": float,
                  "soft": float, "pin_group": str, "colliders": str, "gravitational_constant": float}
 DEFAULT_VARIANT = "default"
+TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list"}
 
 
 class BatchError(ValueError):
@@ -120,7 +121,7 @@ def _get(table, key, kind, where, default=None):
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise BatchError(f"{where}: {key} should be a {kind.__name__}, got {value!r}")
+        raise BatchError(f"{where}: {key} should be {TYPE_NAMES[kind]}, got {value!r}")
     return value
 
 

@@ -118,7 +118,7 @@ def main(argv):
             with open(args.out, "w") as f:
                 json.dump(template, f, indent=2)
                 f.write("\n")
-            print(f"[farm] wrote {args.out}: {sum(len(t.objects) for t in batch.scenes)} objects x variants")
+            print(f"[farm] wrote {args.out}: {len(batch.tasks())} tasks in {len(template['steps'])} steps")
             return 0
     except batch_file.BatchError as exc:
         print(f"[farm] error: {exc}", file=sys.stderr)

@@ -13,13 +13,18 @@ from .properties import fill_from_physics
 OUTPUT_KINDS = {"SHAPE_KEYS": "blend", "ALEMBIC": "abc", "PC2": "pc2"}
 
 
+def _number(value):
+    """A float property's value as the user typed it (single precision: 7 digits)."""
+    return float(f"{value:.7g}")
+
+
 def variant_options(settings):
     """bake.py options (batch variant keys) of one object's panel settings."""
     options = dict(model=settings.model, init=settings.init, scheme=settings.scheme, substeps=settings.substeps,
-                   iterations=settings.max_iters, soft=0.0 if settings.hard_initial else settings.soft_weight,
+                   iterations=settings.max_iters, soft=0.0 if settings.hard_initial else _number(settings.soft_weight),
                    pin_group=settings.pin_group, colliders=settings.colliders.name if settings.colliders else "")
     if settings.model == "nbody":
-        options["gravitational_constant"] = settings.gravitational_constant
+        options["gravitational_constant"] = _number(settings.gravitational_constant)
     return options
 
 

@@ -92,7 +92,7 @@ def test_list_prints_one_command_line_per_task(batch_path):
     (("frames = [10, 40]", "frames = [40, 10]"), "frames should be [first, last]"),
     (('variants = ["final"]', 'variants = ["nope"]'), "no [variants.nope] table"),
     (("soft = 1e-3", "softness = 1e-3"), "unknown setting softness"),
-    (("iterations = 4", 'iterations = "4"'), "iterations should be a int"),
+    (("iterations = 4", 'iterations = "4"'), "iterations should be an integer"),
     (('outputs = ["abc", "preview"]', 'outputs = ["fbx"]'), "outputs should be some of"),
     (('file = "props.blend"\nobjects = ["Banner 2"]', 'file = "gone.blend"\nobjects = ["Banner 2"]'),
      "no such .blend file"),

@@ -30,7 +30,7 @@ def test_writes_the_batch_of_the_selected_object_with_its_panel_settings(tmp_pat
     bpy.ops.cyclic_loop.physics_defaults()
     settings.frame_start, settings.frame_end = 49, 60
     settings.init, settings.max_iters, settings.output = "cache", 7, "PC2"
-    settings.hard_initial, settings.soft_weight = False, 0.25  # exact in the float property
+    settings.hard_initial, settings.soft_weight = False, 0.01
     path = tmp_path / "flag_farm.toml"
     assert bpy.ops.cyclic_loop.bake_on_farm(filepath=str(path)) == {"FINISHED"}
     tasks = batch.load(path).tasks()
@@ -39,7 +39,7 @@ def test_writes_the_batch_of_the_selected_object_with_its_panel_settings(tmp_pat
     assert task.scene == str(tmp_path / "flag.blend") and task.frames == (49, 60)
     assert task.outputs == {"pc2": str(tmp_path / "loops" / "flag-Flag-panel1.pc2")}
     assert task.options == dict(model="blender_cloth", init="cache", scheme="auto", substeps=settings.substeps,
-                                iterations=7, soft=0.25, pin_group=settings.pin_group, colliders="")
+                                iterations=7, soft=0.01, pin_group=settings.pin_group, colliders="")
 
 
 def test_n_bodies_are_one_task_of_all_selected(tmp_path):
