@@ -85,6 +85,16 @@ def test_template_is_generated_from_the_batch_file_and_valid(layout):
     assert proc.returncode == 0 and "passes validation" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_template_of_a_missing_object_is_refused(layout):
+    """The probe finds no such object in the scene: farm.py openjd exits 2 and writes no template."""
+    jobdir = layout / "farm" / "openjd"
+    batch = jobdir / "missing.toml"
+    batch.write_text((jobdir / "flag_sample.toml").read_text().replace('objects = ["Flag"]', 'objects = ["Flagpole"]'))
+    proc = _run([sys.executable, FARM_PY, "openjd", str(batch), "-o", str(jobdir / "missing.json")])
+    assert proc.returncode == 2 and "no object 'Flagpole'" in proc.stderr, proc.stderr
+    assert not (jobdir / "missing.json").exists()
+
+
 def test_openjd_runs_the_task_and_a_second_run_is_a_no_op(layout):
     jobdir = layout / "farm" / "openjd"
     shutil.copy(TEMPLATE, jobdir)
