@@ -179,6 +179,20 @@ def test_a_failed_run_leaves_none_of_its_outputs(tmp_path):
     assert kept.read_text() == "before" and scene.exists()
 
 
+def test_a_task_cancelled_with_sigterm_leaves_none_of_its_outputs(tmp_path):
+    """A farm cancels a task with SIGTERM: the outputs written so far go, the exit status says why."""
+    out = tmp_path / "a.pc2"
+    script = (f"import os, signal, sys; sys.path.insert(0, {ROOT!r})\n"
+              "from cyclic_loop_addon.task_files import outputs_or_none\n"
+              f"with outputs_or_none([{str(out)!r}], None):\n"
+              f"    open({str(out)!r}, 'w').write('pc2')\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    signal.pause()\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 + 15, proc.stderr
+    assert not out.exists()
+
+
 def test_memory_estimate_matches_the_measured_peaks():
     """README figures: structured 0.36 GB (flag post, 176 x 100) and 16.3 GB (2,000 x 1,000); CHOLMOD
     1.04-1.39 GB at 51k unknowns. The estimate stays within 40 % above and never below by more than 10 %."""
