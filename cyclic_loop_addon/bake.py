@@ -23,7 +23,7 @@ import time
 
 import bpy
 
-from . import export, gltf, preview, scene_io, solve, vat, web_preview, writeback
+from . import export, gltf, preview, scene_io, solve, task_files, vat, web_preview, writeback
 from .errors import LoopInputError, LoopSolveError
 from .files import atomic_path, check_writable
 
@@ -57,6 +57,8 @@ def _parser():
     p.add_argument("--gravitational-constant", type=float, default=1.0, help="G for N bodies")
     p.add_argument("--bake", action="store_true", help="bake an unbaked physics cache first (in memory)")
     p.add_argument("--overwrite", action="store_true", help="allow --output to be the input .blend")
+    p.add_argument("--skip-existing", action="store_true",
+                   help="exit 0 at once when the --json report is newer than every output (a finished farm task)")
     return p
 
 
@@ -176,7 +178,11 @@ def main(argv):
     except SystemExit as exc:
         return exc.code
     try:
-        run(args)
+        if task_files.check_skip_existing(args):
+            _say(f"already done: {args.json} is newer than every output (--skip-existing)")
+            return 0
+        with task_files.outputs_or_none(task_files.outputs(args), args.json, keep=args.blend or bpy.data.filepath):
+            run(args)
     except LoopInputError as exc:
         print(f"[cyclic-loop] error: {exc}", file=sys.stderr, flush=True)
         return 2
