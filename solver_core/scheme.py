@@ -71,14 +71,26 @@ def derivative_pattern(prob):
     return parts
 
 
-def derivative_values(prob, q_prev, q_here, q_next, j):
-    """Values ``(B, nnz)`` of each part of ``derivative_pattern`` for rows ``j``, in its order."""
+def derivative_values(prob, q_prev, q_here, q_next, j, offsets=None):
+    """Values ``(B, nnz)`` of each part of ``derivative_pattern`` for rows ``j``, in its order.
+
+    With ``offsets`` (a collection of step offsets) only the parts at those offsets are evaluated; the
+    others are None.
+    """
     model, h = prob.model, prob.h
     x, v, t = _force_arguments(prob, q_prev, q_here, q_next, j)
-    values = [-model.jacobian_values(x, t)]
+    p_off, v_off = _OFFSETS[prob.scheme]
+    want = (lambda o: True) if offsets is None else (lambda o: o in offsets)
+    first = 1 if prob.scheme == "linearized" else p_off
+    values = [-model.jacobian_values(x, t) if want(first) else None]
     if prob.scheme == "linearized":
-        values.append(-model.jacobian_derivative(x, t, q_next - q_here))
+        values.append(-model.jacobian_derivative(x, t, q_next - q_here) if want(0) else None)
     if model.velocity_terms:
-        d_dq, d_dv = model.velocity_jacobian_values(x, v, t)
-        values += [-d_dq, -d_dv / h, d_dv / h]
+        kept = [want(p_off), want(v_off), want(v_off - 1)]
+        if any(kept):
+            d_dq, d_dv = model.velocity_jacobian_values(x, v, t)
+            parts = [-d_dq, -d_dv / h, d_dv / h]
+        else:
+            parts = [None] * 3
+        values += [part if keep else None for part, keep in zip(parts, kept)]
     return values
