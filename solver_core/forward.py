@@ -93,9 +93,13 @@ class _ImplicitStep:
 
     def matrix(self, q_prev, q_cur, y, j, shift=0.0):
         """S = du_j/dq_{j+1} at q_{j+1} = y on the free DOFs (CSC); ``shift`` adds shift * M/h^2."""
+        return self._matrix(q_prev, q_cur, y, j, shift)[0]
+
+    def _matrix(self, q_prev, q_cur, y, j, shift=0.0):
+        """(S, the derivative values of ``scheme.derivative_values`` at offset 1)."""
         values = scheme.derivative_values(self.prob, q_prev[None], q_cur[None], y[None], np.array([j]), offsets=(1,))
         data = self._assembly.data(self.mdiag + shift * self.inertia, [values[i] for i in self._parts])
-        return self._assembly.matrix(data[0])
+        return self._assembly.matrix(data[0]), values
 
     def solve(self, q_prev, q_cur, control, x_pins, j, tol=1e-9, max_iters=100, factor=True):
         """Solve step j for q_{j+1}; returns (q_next, LU of S at the solution, or None without ``factor``).
@@ -122,9 +126,10 @@ class _ImplicitStep:
         """The linearized step: S does not depend on q_{j+1}, so q_{j+1} = x0 - S^-1 R(x0) (one factorization,
         one step of iterative refinement)."""
         x = self._start(q_prev, q_cur, x_pins)
-        r = (scheme.step_rows(self.prob, q_prev[None], q_cur[None], x[None], np.array([j]))[0] - control).ravel()
-        r = r[self.free]
-        S = self.matrix(q_prev, q_cur, x, j)
+        S, values = self._matrix(q_prev, q_cur, x, j)
+        # the first part is -dF/dq at q_j: the step residual reuses it
+        r = scheme.step_rows(self.prob, q_prev[None], q_cur[None], x[None], np.array([j]), force_jacobian=-values[0])
+        r = (r[0] - control).ravel()[self.free]
         try:
             lu = spla.splu(S)
         except RuntimeError as exc:   # exactly singular
