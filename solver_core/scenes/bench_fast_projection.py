@@ -7,8 +7,8 @@ iterate starts Gauss–Newton best.
 Per scene: one plain forward simulation of the clip (the unit of loop cost), then fast projection:
 iterations, seconds per iteration, final G / G(0), the RMS position (m) and velocity (m/s) mismatch at the
 wrap before and after, and the loop loss of its result. With ``--gn K`` also, for the first iterate whose
-G is below each fraction of G(0) (and the last), the loop loss of that iterate and after K Gauss–Newton
-iterations from it.
+G is below each fraction of G(0) (and the last; fast projection is then not asked to close the loop),
+the loop loss of that iterate and after K Gauss–Newton iterations from it.
 """
 import argparse
 import time
@@ -47,7 +47,9 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0):
         print(f"    iteration {it['iteration']}: G {it['loss']:.3e} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
     try:
-        q, info = fast_projection(prob, keep_iterates=gn_iters > 0, callback=progress, stop_fraction=stop_fraction)
+        # with --gn every iterate is a candidate start, closed or not
+        extra = dict(keep_iterates=True, accept=float("inf")) if gn_iters > 0 else {}
+        q, info = fast_projection(prob, callback=progress, stop_fraction=stop_fraction, **extra)
     except FastProjectionDiverged as exc:
         print(f"  fast projection diverged: {exc}")
         return
