@@ -6,6 +6,10 @@ plus a control, gives q_{j+1}:  u_j(q_{j-1}, q_j, q_{j+1}) = c_j.
   backward:   Newton with line search (on the incremental potential for conservative models);
   linearized: u_j is linear in q_{j+1}: one sparse solve.
 Pinned vertices follow their prescription; the equations hold on the free vertices.
+
+``Linearization`` holds the derivatives of a simulated trajectory's equations (one factorization of
+du_j/dq_{j+1} per step, the other couplings as sparse matrices assembled on a fixed pattern) for
+tangent-linear and adjoint sweeps; its derivative values are evaluated in batches of steps.
 """
 import copy
 
@@ -14,11 +18,57 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from . import scheme
-from .models.base import Model, pattern_product
+from .models.base import Model
 
 
 class SimulationFailed(ArithmeticError):
     """An implicit step did not converge or the state became non-finite."""
+
+
+# steps whose derivative values are evaluated in one batch (bounds the force models' temporaries)
+_LINEARIZE_BATCH = 16
+
+
+class _Assembly:
+    """Sparse matrices ``(free DOFs x free DOFs)``, CSC, summed from a diagonal and parts on fixed patterns.
+
+    The slot of every pattern entry in the compressed matrix is found once, so assembling a matrix from
+    values is one bincount (no sorting per matrix). Entries in pinned rows or columns are dropped.
+    """
+
+    def __init__(self, col_of, parts):
+        m = int(col_of.max()) + 1
+        dof = col_of.size
+        r = col_of[np.concatenate([np.arange(dof)] + [rows for rows, _ in parts])]
+        c = col_of[np.concatenate([np.arange(dof)] + [cols for _, cols in parts])]
+        self._keep = (r >= 0) & (c >= 0)
+        keys, self._slot = np.unique(c[self._keep] * m + r[self._keep], return_inverse=True)
+        self.indices = (keys % m).astype(np.int32)
+        self.indptr = np.searchsorted(keys // m, np.arange(m + 1)).astype(np.int32)
+        self.shape = (m, m)
+        self.nnz = keys.size
+
+    def data(self, diagonal, values):
+        """Compressed values (B, nnz) from the diagonal (3n,) and each part's values (B, nnz_part)."""
+        b = values[0].shape[0] if values else 1
+        full = np.concatenate([np.broadcast_to(diagonal, (b, diagonal.size))] + list(values), axis=1)
+        kept = full[:, self._keep]
+        flat = (np.arange(b)[:, None] * self.nnz + self._slot[None]).ravel()
+        return np.bincount(flat, weights=kept.ravel(), minlength=b * self.nnz).reshape(b, self.nnz)
+
+    def matrix(self, data):
+        """The CSC matrix of one row of ``data``."""
+        return sp.csc_matrix((data, self.indices, self.indptr), shape=self.shape)
+
+
+def _free_columns(prob):
+    """(free flat DOF indices, map flat DOF -> free column or -1)."""
+    free = np.ones((prob.n_vertices, 3), dtype=bool)
+    free[prob.pins] = False
+    idx = np.flatnonzero(free.ravel())
+    col_of = np.full(free.size, -1, dtype=np.int64)
+    col_of[idx] = np.arange(idx.size)
+    return idx, col_of
 
 
 class _ImplicitStep:
@@ -33,49 +83,67 @@ class _ImplicitStep:
             sub.model = Model(model.mass, [t for t in model.terms if hasattr(t, "energy")], model.damping)
             self._conservative = _ImplicitStep(sub)
             self._frozen = [t for t in model.terms if not hasattr(t, "energy")]
-        n = model.n_vertices
-        free = np.ones((n, 3), dtype=bool)
-        free[prob.pins] = False
-        self.free = np.flatnonzero(free.ravel())
-        col_of = np.full(3 * n, -1, dtype=np.int64)
-        col_of[self.free] = np.arange(self.free.size)
+        self.free, col_of = _free_columns(prob)
         pattern = scheme.derivative_pattern(prob)
         self._parts = [i for i, (o, _, _) in enumerate(pattern) if o == 1]
-        diag = np.arange(3 * n)
-        r = col_of[np.concatenate([diag] + [pattern[i][1] for i in self._parts])]
-        c = col_of[np.concatenate([diag] + [pattern[i][2] for i in self._parts])]
-        self._keep = (r >= 0) & (c >= 0)
-        self._r, self._c = r[self._keep], c[self._keep]
+        self._assembly = _Assembly(col_of, [pattern[i][1:] for i in self._parts])
         self.mdiag = scheme.diagonals(prob)[1]
         self.inertia = np.repeat(model.mass / prob.h ** 2, 3)
         self.model, self.prob = model, prob
 
     def matrix(self, q_prev, q_cur, y, j, shift=0.0):
         """S = du_j/dq_{j+1} at q_{j+1} = y on the free DOFs (CSC); ``shift`` adds shift * M/h^2."""
-        values = scheme.derivative_values(self.prob, q_prev[None], q_cur[None], y[None], np.array([j]))
-        vals = np.concatenate([self.mdiag + shift * self.inertia] + [values[i][0] for i in self._parts])
-        m = self.free.size
-        return sp.csc_matrix((vals[self._keep], (self._r, self._c)), shape=(m, m))
+        return self._matrix(q_prev, q_cur, y, j, shift)[0]
 
-    def solve(self, q_prev, q_cur, control, x_pins, j, tol=1e-9, max_iters=100):
-        """Solve step j for q_{j+1}; returns (q_next, LU of S at the solution).
+    def _matrix(self, q_prev, q_cur, y, j, shift=0.0):
+        """(S, the derivative values of ``scheme.derivative_values`` at offset 1)."""
+        values = scheme.derivative_values(self.prob, q_prev[None], q_cur[None], y[None], np.array([j]), offsets=(1,))
+        data = self._assembly.data(self.mdiag + shift * self.inertia, [values[i] for i in self._parts])
+        return self._assembly.matrix(data[0]), values
 
-        Newton (``_newton``). Where it fails for a model without a potential (Newton on |R| stalls
+    def solve(self, q_prev, q_cur, control, x_pins, j, tol=1e-9, max_iters=100, factor=True):
+        """Solve step j for q_{j+1}; returns (q_next, LU of S at the solution, or None without ``factor``).
+
+        The linearized scheme is linear in q_{j+1}: one factorization and one solve (``_linear``).
+        Otherwise Newton (``_newton``). Where it fails for a model without a potential (Newton on |R| stalls
         where a stiff cloth buckles in the wind) the step is solved again: under backward Euler with
         forces that depend on positions only (wind) by Picard iterations that freeze those forces at
         the last iterate and minimize the incremental potential of the others; otherwise by Newton
         with Levenberg–Marquardt steps.
         """
+        if self.prob.scheme == "linearized":
+            return self._linear(q_prev, q_cur, control, x_pins, j)
         try:
-            return self._newton(q_prev, q_cur, control, x_pins, j, tol, max_iters, False)
+            return self._newton(q_prev, q_cur, control, x_pins, j, tol, max_iters, False, factor=factor)
         except SimulationFailed:
             if self.potential:
                 raise
             if self._conservative is not None:
-                return self._picard(q_prev, q_cur, control, x_pins, j, tol, max_iters)
-            return self._newton(q_prev, q_cur, control, x_pins, j, tol, max_iters, True)
+                return self._picard(q_prev, q_cur, control, x_pins, j, tol, max_iters, factor)
+            return self._newton(q_prev, q_cur, control, x_pins, j, tol, max_iters, True, factor=factor)
 
-    def _newton(self, q_prev, q_cur, control, x_pins, j, tol, max_iters, levenberg_marquardt, x0=None):
+    def _linear(self, q_prev, q_cur, control, x_pins, j):
+        """The linearized step: S does not depend on q_{j+1}, so q_{j+1} = x0 - S^-1 R(x0) (one factorization,
+        one step of iterative refinement)."""
+        x = self._start(q_prev, q_cur, x_pins)
+        S, values = self._matrix(q_prev, q_cur, x, j)
+        # the first part is -dF/dq at q_j: the step residual reuses it
+        r = scheme.step_rows(self.prob, q_prev[None], q_cur[None], x[None], np.array([j]), force_jacobian=-values[0])
+        r = (r[0] - control).ravel()[self.free]
+        try:
+            lu = spla.splu(S)
+        except RuntimeError as exc:   # exactly singular
+            raise SimulationFailed(f"the linearized step {j} is singular: {exc}") from exc
+        dx = lu.solve(r)
+        dx += lu.solve(r - S @ dx)
+        x.reshape(-1)[self.free] -= dx
+        return x, lu
+
+    def _at_solution(self, q_prev, q_cur, x, j, factor):
+        """(x, LU of S at x) with ``factor``, else (x, None)."""
+        return x, (spla.splu(self.matrix(q_prev, q_cur, x, j)) if factor else None)
+
+    def _newton(self, q_prev, q_cur, control, x_pins, j, tol, max_iters, levenberg_marquardt, x0=None, factor=True):
         """Newton iterations for step j from x0 (default the extrapolation 2 q_cur - q_prev).
 
         For a conservative model under backward Euler the step is the minimizer of the incremental
@@ -110,7 +178,7 @@ class _ImplicitStep:
         shift = 0.0
         for _ in range(max_iters):
             if np.abs(r).max() <= tol * scale:
-                return x, spla.splu(self.matrix(q_prev, q_cur, x, j))
+                return self._at_solution(q_prev, q_cur, x, j, factor)
             # Phi's round-off swamps its decrease close to the solution: finish on |R| there.
             on_phi = potential and np.abs(r).max() > 1e3 * tol * scale
             if levenberg_marquardt and shift > 0 and not potential:
@@ -133,7 +201,7 @@ class _ImplicitStep:
             if s >= 1e-4:
                 x, r = y, ry
             elif np.abs(r).max() <= 1e-4 * scale:    # no descent left: round-off of stiff internal forces
-                return x, spla.splu(self.matrix(q_prev, q_cur, x, j))
+                return self._at_solution(q_prev, q_cur, x, j, factor)
         raise SimulationFailed(f"implicit step did not converge (residual {np.abs(r).max():.3e} N)")
 
     def _direction(self, q_prev, q_cur, x, j, r, shift, potential):
@@ -161,7 +229,7 @@ class _ImplicitStep:
         inertia = np.abs(self.model.mass[:, None] * (q_cur - q_prev)).max() / self.prob.h ** 2
         return max(inertia, np.abs(self.model.forces(x[None], tt)).max(), 1e-300)
 
-    def _picard(self, q_prev, q_cur, control, x_pins, j, tol, max_iters):
+    def _picard(self, q_prev, q_cur, control, x_pins, j, tol, max_iters, factor=True):
         """Lagged non-conservative forces, the conservative step solved by ``self._conservative``."""
         jj = np.array([j])
         tt = self.prob.step_times(np.array([j + 1]))
@@ -169,10 +237,10 @@ class _ImplicitStep:
         scale = self._scale(q_prev, q_cur, x, tt)
         for _ in range(max_iters):
             frozen = control + sum(term.forces(x[None], tt)[0] for term in self._frozen)
-            x, _ = self._conservative._newton(q_prev, q_cur, frozen, x_pins, j, tol, max_iters, False, x)
+            x, _ = self._conservative._newton(q_prev, q_cur, frozen, x_pins, j, tol, max_iters, False, x, False)
             r = (scheme.step_rows(self.prob, q_prev[None], q_cur[None], x[None], jj)[0] - control).ravel()[self.free]
             if np.abs(r).max() <= tol * scale:
-                return x, spla.splu(self.matrix(q_prev, q_cur, x, j))
+                return self._at_solution(q_prev, q_cur, x, j, factor)
         raise SimulationFailed(f"implicit step did not converge with lagged forces (residual {np.abs(r).max():.3e} N)")
 
     def _levenberg_marquardt(self, q_prev, q_cur, x, j, r, factor):
@@ -186,8 +254,9 @@ def simulate(prob, n_states=None, controls=None, keep_factors=False):
     """Forward simulation on the solver grid: states q_0..q_{n_states-1} (default n_steps).
 
     ``controls`` (n_states - 1, n, 3): c_j added to the forces of equation j (row 0 unused).
-    With ``keep_factors`` (implicit schemes) also returns the LU factors of each step's matrix, for
-    the adjoint. Raises SimulationFailed when the state blows up or an implicit step fails.
+    With ``keep_factors`` also returns the trajectory's ``Linearization`` (for tangent-linear and adjoint
+    sweeps; the linearized scheme's step factorizations are reused). Raises SimulationFailed when the
+    state blows up or an implicit step fails.
     """
     model, h = prob.model, prob.h
     n_states = prob.n_steps if n_states is None else int(n_states)
@@ -197,8 +266,8 @@ def simulate(prob, n_states=None, controls=None, keep_factors=False):
     pins = prob.pin_path(np.arange(n_states))
     q[0, prob.pins], q[1, prob.pins] = pins[0], pins[1]
     c = np.zeros((n_states, n, 3)) if controls is None else controls
-    factors = [None, None]
     stepper = None if prob.scheme == "symplectic" else _ImplicitStep(prob)
+    factors = [None] if prob.scheme == "linearized" and keep_factors else None   # factors[j]: step j
     for j in range(1, n_states - 1):
         if stepper is None:   # u_j is M/h^2 q_{j+1} + (terms without q_{j+1})
             guess = 2 * q[j] - q[j - 1]
@@ -206,12 +275,107 @@ def simulate(prob, n_states=None, controls=None, keep_factors=False):
             q[j + 1] = guess - h ** 2 * (rows - c[j]) / model.mass[:, None]
             q[j + 1, prob.pins] = pins[j + 1]
         else:
-            q[j + 1], lu = stepper.solve(q[j - 1], q[j], c[j], pins[j + 1], j)
-            if keep_factors:
+            q[j + 1], lu = stepper.solve(q[j - 1], q[j], c[j], pins[j + 1], j, factor=False)
+            if factors is not None:
                 factors.append(lu)
         if not np.all(np.isfinite(q[j + 1])):
             raise SimulationFailed(f"the simulation blew up at step {j + 1}")
-    return (q, factors) if keep_factors else q
+    if not keep_factors:
+        return q
+    return q, Linearization(prob, q, factors)
+
+
+class _Diagonal:
+    """A diagonal matrix with the interface of the sparse ones used here (solve, products, transposes)."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def solve(self, b, trans="N"):
+        return b / self.d
+
+    def __matmul__(self, x):
+        return self.d * x
+
+    @property
+    def T(self):
+        return self
+
+
+class Linearization:
+    """Derivatives of the step equations u_j(q_{j-1}, q_j, q_{j+1}) = c_j along a simulated trajectory q.
+
+    Per step j = 1..L (L = len(q) - 2): the factors of S_j = du_j/dq_{j+1} and the couplings
+    A_j = du_j/dq_j, B_j = du_j/dq_{j-1}, all on the free DOFs (a pinned vertex does not respond to
+    controls). ``factors``: the forward pass's factors of S_j to reuse (linearized scheme), else S_j is
+    factored here at the solution. Built on the first sweep, derivative values in batches of steps.
+    """
+
+    def __init__(self, prob, q, factors=None):
+        self.prob, self.q, self._factors = prob, q, factors
+        self.n_states = q.shape[0]
+        self._shape = q.shape
+        self._S = None
+
+    def _build(self):
+        """Evaluate and assemble the step derivatives (on first use)."""
+        prob, q, factors = self.prob, self.q, self._factors
+        self.free, col_of = _free_columns(prob)
+        pattern = scheme.derivative_pattern(prob)
+        diagonals = scheme.diagonals(prob)
+        implicit = prob.scheme != "symplectic"
+        offsets = (0, -1) if factors is not None or not implicit else (1, 0, -1)
+        parts = {o: [i for i, (po, _, _) in enumerate(pattern) if po == o] for o in offsets}
+        assembly = {o: _Assembly(col_of, [pattern[i][1:] for i in parts[o]]) for o in offsets if parts[o]}
+        S, A, B = [None], [None], [None]   # index j: step j
+        steps = self.n_states - 2
+        for start in range(1, steps + 1, _LINEARIZE_BATCH):
+            j = np.arange(start, min(start + _LINEARIZE_BATCH, steps + 1))
+            values = scheme.derivative_values(prob, q[j - 1], q[j], q[j + 1], j, offsets=offsets)
+            data = {o: a.data(diagonals[o], [values[i] for i in parts[o]]) for o, a in assembly.items()}
+            for k, jj in enumerate(j):
+                mats = {o: (assembly[o].matrix(data[o][k]) if o in assembly else _Diagonal(diagonals[o][self.free]))
+                        for o in offsets}
+                if not implicit:
+                    S.append(_Diagonal(diagonals[1][self.free]))
+                elif factors is not None:
+                    S.append(factors[jj])
+                else:
+                    S.append(spla.splu(mats[1]))
+                A.append(mats[0])
+                B.append(mats[-1])
+        self._S, self._A, self._B = S, A, B
+        self._factors = None
+
+    def tangent(self, dc):
+        """Tangent-linear sweep: dq (n_states, n, 3) of the controls' variation ``dc`` (n_states - 1, n, 3)."""
+        if self._S is None:
+            self._build()
+        dc = np.asarray(dc).reshape(dc.shape[0], -1)[:, self.free]
+        dq = np.zeros((self.n_states, self.free.size))
+        for j in range(1, self.n_states - 1):
+            rhs = dc[j] - self._A[j] @ dq[j] - self._B[j] @ dq[j - 1]
+            dq[j + 1] = self._S[j].solve(rhs)
+        out = np.zeros((self.n_states, self._shape[1] * 3))
+        out[:, self.free] = dq
+        return out.reshape(self._shape)
+
+    def adjoint(self, sensitivity):
+        """Adjoint sweep: the gradient (n_states - 1, n, 3) with respect to the controls of a function of the
+        states whose gradient with respect to them is ``sensitivity`` (n_states, n, 3)."""
+        if self._S is None:
+            self._build()
+        lam = np.asarray(sensitivity, dtype=float).reshape(self.n_states, -1)[:, self.free].copy()
+        grad = np.zeros((self.n_states - 1, self.free.size))
+        for k in range(self.n_states - 1, 1, -1):
+            j = k - 1
+            z = self._S[j].solve(lam[k], trans="T")
+            grad[j] = z
+            lam[j] -= self._A[j].T @ z
+            lam[j - 1] -= self._B[j].T @ z
+        out = np.zeros((self.n_states - 1, self._shape[1] * 3))
+        out[:, self.free] = grad
+        return out.reshape((self.n_states - 1,) + self._shape[1:])
 
 
 def mismatch(prob, q):
@@ -225,37 +389,11 @@ def mismatch(prob, q):
 def mismatch_gradient(prob, q, factors=None):
     """dG/dc_j (n_states - 1, n, 3) for the trajectory q (L + 2 states) by the adjoint method.
 
-    Equation j is u_j(q_{j-1}, q_j, q_{j+1}) = c_j, so with S_j = du_j/dq_{j+1}: z_j = S_j^-T lambda_{j+1},
-    dG/dc_j = z_j, and lambda_j, lambda_{j-1} take -(du_j/dq_j)^T z_j and -(du_j/dq_{j-1})^T z_j.
+    ``factors``: the trajectory's ``Linearization`` (``simulate(..., keep_factors=True)``), built when None.
     """
-    model, h = prob.model, prob.h
+    lin = factors if isinstance(factors, Linearization) else Linearization(prob, q)
     L = prob.n_steps
-    n = model.n_vertices
-    dof = 3 * n
-    free = np.ones((n, 3))
-    free[prob.pins] = 0.0
-    lam = np.zeros_like(q)
-    lam[L] = (q[L] - prob.r0) * free
-    lam[L + 1] = (q[L + 1] - prob.r1_step) * free
-    grad = np.zeros_like(q[:-1])
-    free_idx = np.flatnonzero(free.ravel())
-    diag = scheme.diagonals(prob)
-    pattern = scheme.derivative_pattern(prob)
-    rows_j = np.arange(1, L + 1)
-    values = scheme.derivative_values(prob, q[rows_j - 1], q[rows_j], q[rows_j + 1], rows_j)
-    for k in range(L + 1, 1, -1):
-        j = k - 1
-        mu = (lam[k] * free).ravel()
-        if prob.scheme == "symplectic":
-            z = mu / diag[1]
-        else:
-            z = np.zeros(dof)
-            z[free_idx] = factors[k].solve(mu[free_idx], trans="T")
-        grad[j] = z.reshape(n, 3)
-        for o in (0, -1):
-            back = diag[o] * z
-            for (po, prows, pcols), vals in zip(pattern, values):
-                if po == o:   # (A^T z)[col] += A[row, col] z[row]
-                    back += pattern_product(pcols, prows, vals[j - 1][None], z[None], dof)[0]
-            lam[j + o] -= back.reshape(n, 3)
-    return grad
+    sensitivity = np.zeros_like(q)
+    sensitivity[L] = q[L] - prob.r0
+    sensitivity[L + 1] = q[L + 1] - prob.r1_step
+    return lin.adjoint(sensitivity)

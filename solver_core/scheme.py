@@ -16,6 +16,8 @@ derivative of the force Jacobian along s (second derivatives commute), ``Model.j
 """
 import numpy as np
 
+from .models.base import pattern_product
+
 SCHEMES = ("symplectic", "backward", "linearized")
 # (step offset of the positions the forces see, step offset k of the velocity v_k they see)
 _OFFSETS = {"symplectic": (0, 0), "backward": (1, 1), "linearized": (0, 1)}
@@ -34,8 +36,12 @@ def _force_arguments(prob, q_prev, q_here, q_next, j):
     return states[p_off], v, prob.step_times(np.asarray(j) + p_off)
 
 
-def step_rows(prob, q_prev, q_here, q_next, j):
-    """Residual forces u_j ``(B, n, 3)`` of rows ``j`` ``(B,)`` from the states of each row (pinned rows included)."""
+def step_rows(prob, q_prev, q_here, q_next, j, force_jacobian=None):
+    """Residual forces u_j ``(B, n, 3)`` of rows ``j`` ``(B,)`` from the states of each row (pinned rows included).
+
+    ``force_jacobian``: values (B, nnz) of dF/dq at the positions the forces see, reused by the linearized
+    scheme instead of evaluating them again.
+    """
     model, h = prob.model, prob.h
     x, v, t = _force_arguments(prob, q_prev, q_here, q_next, j)
     u = model.mass[:, None] * (q_next - 2 * q_here + q_prev) / h ** 2 + model.drag[:, None] * v
@@ -43,7 +49,11 @@ def step_rows(prob, q_prev, q_here, q_next, j):
     if model.velocity_terms:
         u = u - model.velocity_forces(x, v, t)
     if prob.scheme == "linearized":
-        u = u - model.jacobian_dot(x, t, q_next - q_here)
+        if force_jacobian is None:
+            u = u - model.jacobian_dot(x, t, q_next - q_here)
+        else:
+            rows, cols = model.jacobian_pattern()
+            u = u - pattern_product(rows, cols, force_jacobian, q_next - q_here, 3 * model.n_vertices).reshape(u.shape)
     return u
 
 
@@ -71,14 +81,26 @@ def derivative_pattern(prob):
     return parts
 
 
-def derivative_values(prob, q_prev, q_here, q_next, j):
-    """Values ``(B, nnz)`` of each part of ``derivative_pattern`` for rows ``j``, in its order."""
+def derivative_values(prob, q_prev, q_here, q_next, j, offsets=None):
+    """Values ``(B, nnz)`` of each part of ``derivative_pattern`` for rows ``j``, in its order.
+
+    With ``offsets`` (a collection of step offsets) only the parts at those offsets are evaluated; the
+    others are None.
+    """
     model, h = prob.model, prob.h
     x, v, t = _force_arguments(prob, q_prev, q_here, q_next, j)
-    values = [-model.jacobian_values(x, t)]
+    p_off, v_off = _OFFSETS[prob.scheme]
+    want = (lambda o: True) if offsets is None else (lambda o: o in offsets)
+    first = 1 if prob.scheme == "linearized" else p_off
+    values = [-model.jacobian_values(x, t) if want(first) else None]
     if prob.scheme == "linearized":
-        values.append(-model.jacobian_derivative(x, t, q_next - q_here))
+        values.append(-model.jacobian_derivative(x, t, q_next - q_here) if want(0) else None)
     if model.velocity_terms:
-        d_dq, d_dv = model.velocity_jacobian_values(x, v, t)
-        values += [-d_dq, -d_dv / h, d_dv / h]
+        kept = [want(p_off), want(v_off), want(v_off - 1)]
+        if any(kept):
+            d_dq, d_dv = model.velocity_jacobian_values(x, v, t)
+            parts = [-d_dq, -d_dv / h, d_dv / h]
+        else:
+            parts = [None] * 3
+        values += [part if keep else None for part, keep in zip(parts, kept)]
     return values

@@ -1,0 +1,147 @@
+"""Fast projection (vector, M^-1 norm, Newton–Krylov) and the forward/adjoint simulation it runs on:
+derivatives against finite differences, cost per step as counts, convergence on the paper's scenes."""
+import numpy as np
+import pytest
+import scipy.sparse.linalg as spla
+
+import solver_core as sc
+from solver_core.fast_projection import _Closure
+from solver_core.forward import mismatch_gradient
+from solver_core.scenes.paper import SCENES
+from test_solver_core import small_cloth_problem, small_problem
+
+PROBLEMS = {
+    "nbody symplectic": lambda: small_problem(scheme="symplectic", pins=[1], damping=0.2),
+    "nbody backward": lambda: small_problem(scheme="backward", pins=[2], damping=0.1),
+    "blender cloth linearized": lambda: small_cloth_problem(scheme="linearized"),
+    "blender cloth backward": lambda: small_cloth_problem(scheme="backward"),
+}
+
+
+def _controls(prob, rng, scale):
+    u = scale * rng.normal(size=(prob.n_steps + 1, prob.n_vertices, 3))
+    u[0] = 0.0
+    return u
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_tangent_and_adjoint_sweeps_match_finite_differences(name):
+    prob = PROBLEMS[name]()
+    L = prob.n_steps
+    rng = np.random.default_rng(7)
+    u = _controls(prob, rng, 0.1)
+    du = _controls(prob, rng, 1.0)
+    q, lin = sc.simulate(prob, L + 2, u, keep_factors=True)
+    dq = lin.tangent(du)
+    eps = 1e-4
+    fd = (sc.simulate(prob, L + 2, u + eps * du) - sc.simulate(prob, L + 2, u - eps * du)) / (2 * eps)
+    assert np.abs(dq - fd).max() < 1e-5 * np.abs(fd).max()
+    assert np.all(dq[:, prob.pins] == 0.0) and np.all(dq[:2] == 0.0)
+    s = rng.normal(size=q.shape)
+    # the adjoint sweep is the transpose of the tangent-linear one
+    assert abs(np.sum(lin.adjoint(s) * du) - np.sum(s[:, np.setdiff1d(np.arange(prob.n_vertices), prob.pins)]
+                                                    * dq[:, np.setdiff1d(np.arange(prob.n_vertices), prob.pins)])) \
+        < 1e-10 * np.abs(s).sum() * np.abs(dq).max()
+
+
+def test_closure_jacobian_and_its_transpose_match_finite_differences():
+    prob = small_cloth_problem(scheme="linearized")
+    L = prob.n_steps
+    rng = np.random.default_rng(8)
+    u, du = _controls(prob, rng, 0.1), _controls(prob, rng, 1.0)
+    q, lin = sc.simulate(prob, L + 2, u, keep_factors=True)
+    closure = _Closure(prob, q)
+    jdu = closure.tangent(lin.tangent(du))
+    eps = 1e-4
+    fd = (closure.residual(sc.simulate(prob, L + 2, u + eps * du))
+          - closure.residual(sc.simulate(prob, L + 2, u - eps * du))) / (2 * eps)
+    assert np.abs(jdu - fd).max() < 1e-5 * np.abs(fd).max()
+    y = rng.normal(size=jdu.shape)
+    jty = lin.adjoint(closure.sensitivity(y, q.shape))
+    assert np.isclose(np.sum(jty[1:] * du[1:]), np.sum(y * jdu), rtol=1e-9)
+
+
+def _counting_splu(monkeypatch):
+    calls = []
+    real = spla.splu
+
+    def splu(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(spla, "splu", splu)
+    return calls
+
+
+def _counting_jacobians(monkeypatch, model):
+    """Configurations at which each force term's Jacobian is evaluated, summed over the terms."""
+    counts = []
+    for term in model.terms + model.velocity_terms:
+        real = term.jacobian_values
+
+        def counted(*args, _real=real):
+            counts.append(np.shape(args[0])[0])
+            return _real(*args)
+
+        monkeypatch.setattr(term, "jacobian_values", counted)
+    return counts
+
+
+def test_blender_cloth_forward_and_gradient_cost_per_step(monkeypatch):
+    # the linearized scheme: one factorization per step for the simulation and its adjoint together, and a
+    # bounded number of Jacobian evaluations per step and term (the step matrix, the step residual's
+    # linearized force, and the Jacobian's derivative along the step by central differences)
+    prob = small_cloth_problem(scheme="linearized", n_frames=12)
+    L = prob.n_steps
+    u = _controls(prob, np.random.default_rng(9), 0.1)
+    model = prob.model
+    n_terms = len(model.terms) + len(model.velocity_terms)
+    factorizations = _counting_splu(monkeypatch)
+    evaluations = _counting_jacobians(monkeypatch, model)
+    q, lin = sc.simulate(prob, L + 2, u, keep_factors=True)
+    assert len(factorizations) == L
+    grad = mismatch_gradient(prob, q, lin)
+    lin.tangent(grad)
+    lin.adjoint(np.ones_like(q))
+    assert len(factorizations) == L            # the sweeps reuse the simulation's factors
+    assert sum(evaluations) <= 3 * n_terms * L
+
+
+def test_backward_scheme_factors_each_step_once_for_its_linearization(monkeypatch):
+    prob = small_cloth_problem(scheme="backward")
+    L = prob.n_steps
+    u = _controls(prob, np.random.default_rng(10), 0.1)
+    q, lin = sc.simulate(prob, L + 2, u, keep_factors=True)
+    factorizations = _counting_splu(monkeypatch)
+    for _ in range(3):
+        lin.adjoint(np.ones_like(q))
+    assert len(factorizations) == L
+
+
+# The ribbons' handle makes 3 turns in 100 frames: only at full size is its path periodic, so a reduced
+# ribbons loop has a jump in its pins at the wrap that no control of the free vertices closes.
+MUST_CONVERGE = ("flag", "doughnut", "wobbly_bar", "swinging_cloth")
+
+
+@pytest.mark.parametrize("name", MUST_CONVERGE)
+def test_fast_projection_converges_on_the_papers_scenes(name):
+    prob = SCENES[name](0.08).prob
+    q, info = sc.fast_projection(prob, rtol=1e-3)
+    G = info["G"]
+    assert info["converged"] and info["final_G"] <= 1e-3 * G[0]
+    assert all(b < a for a, b in zip(G, G[1:]))
+    assert info["position_jump"][-1] < 0.1 * info["position_jump"][0]
+    assert info["velocity_jump"][-1] < 0.1 * info["velocity_jump"][0]
+    L = prob.n_steps
+    closed = sc.simulate(prob, L + 2, info["controls"])
+    np.testing.assert_allclose(closed[:L], q)
+
+
+def test_fast_projection_stops_early_and_keeps_its_iterates():
+    prob = SCENES["swinging_cloth"](0.08).prob
+    q, info = sc.fast_projection(prob, stop_fraction=0.1, keep_iterates=True)
+    G = info["G"]
+    assert G[-1] <= 0.1 * G[0] < G[-2]
+    assert "stopped early" in info["message"] and not info["converged"]
+    assert len(info["iterates"]) == len(G)
+    np.testing.assert_array_equal(info["iterates"][-1], q)
