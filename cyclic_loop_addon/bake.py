@@ -20,6 +20,7 @@ if __name__ == "__main__":  # run as a script by Blender or Python: import the p
     sys.exit(main(sys.argv))
 
 import argparse
+import importlib.util
 import json
 import signal
 import time
@@ -110,6 +111,12 @@ def _check_outputs(args):
     """Refuse a bake with nothing to write, or whose outputs would destroy an input or each other."""
     if not any(getattr(args, out.name) for out in OUTPUTS if out.product):
         raise LoopInputError("nothing to write: give " + ", ".join(f"--{o.name}" for o in OUTPUTS if o.product))
+    if args.abc and "alembic_export" not in dir(bpy.ops.wm):
+        raise LoopInputError("this Blender has no Alembic exporter (it was built without Alembic): leave out "
+                             "--abc (--pc2 writes the same loop) or use a Blender from blender.org")
+    if args.preview and importlib.util.find_spec("matplotlib") is None:
+        raise LoopInputError("--preview needs matplotlib in Blender's Python: install it there or leave out "
+                             "--preview")
     guard.check_outputs([(f"--{out.name}", getattr(args, out.name), out.folder) for out in OUTPUTS
                          if getattr(args, out.name)], overwrite=args.overwrite, may_replace_input=("--output",))
 

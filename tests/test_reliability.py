@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from blender_helpers import ROOT, open_sample, settings, sha256
+from full_disk import run_on_tmpfs
 
 import bmesh  # noqa: E402  (importable once bpy is)
 
@@ -94,30 +95,12 @@ def test_overwrite_lets_only_output_replace_the_input(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------------ full disk
 
 
-def _namespace():
-    """The unshare prefix that gives this test a private mount namespace (as root, or as a mapped root)."""
-    for prefix in (["unshare", "-m"], ["unshare", "-rm"]):
-        if shutil.which("unshare") and subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
-            return prefix
-    pytest.fail("cannot create a mount namespace (unshare -m / -rm) for the full-disk tests")
-
-
 def _bake_on_tmpfs(tmp_path, size_kb, outputs, previous=None):
-    """Run bake.py (bpy wheel) on the flag with ``outputs`` (option -> name) in a ``size_kb`` tmpfs;
-    ``previous``: name -> bytes put there first. Returns (process, files left in the tmpfs: name -> bytes)."""
+    """bake.py (bpy wheel) on the flag writing ``outputs`` (option -> name) to a ``size_kb`` tmpfs."""
     src = shutil.copy(os.path.join(ROOT, "sample_scenes", "flag.blend"), tmp_path / "flag.blend")
-    disk, seen = tmp_path / "disk", tmp_path / "seen"
-    disk.mkdir()
-    seen.mkdir()
+    disk = tmp_path / "disk"
     args = [a for option, name in outputs.items() for a in (option, str(disk / name))]
-    script = (f'mount -t tmpfs -o size={size_kb}k tmpfs "{disk}" || exit 90\n'
-              + "".join(f'printf %s "{data.decode()}" > "{disk}/{name}"\n' for name, data in (previous or {}).items())
-              + '"$@"; status=$?\n'
-              + f'cp -a "{disk}/." "{seen}/"; exit $status\n')
-    proc = subprocess.run([*_namespace(), "sh", "-c", script, "sh", sys.executable, BAKE, str(src), "--", *QUICK,
-                           *args], capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 90, proc.stderr
-    left = {name: (seen / name).read_bytes() for name in os.listdir(seen)}
+    proc, left = run_on_tmpfs([sys.executable, BAKE, str(src), "--", *QUICK, *args], str(disk), size_kb, previous)
     assert sha256(src) == sha256(os.path.join(ROOT, "sample_scenes", "flag.blend"))
     return proc, left
 
@@ -287,6 +270,20 @@ def test_keyboard_interrupt_is_one_line_and_status_130(tmp_path, capsys, monkeyp
     assert os.listdir(tmp_path) == ["flag.blend"]
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_unexpected_error_is_status_3_with_a_traceback_only_on_request(tmp_path, capsys, monkeypatch, debug):
+    path = open_sample("flag", tmp_path)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("something nobody expected")
+    monkeypatch.setattr(scene_io, "gather", broken)
+    argv = [path, "--", *QUICK, "--output", str(tmp_path / "o.blend")] + (["--debug"] if debug else [])
+    status, err = _bake(argv, capsys)
+    assert status == 3 and err.strip().splitlines()[-1] == ("[cyclic-loop] unexpected error: RuntimeError: "
+                                                            "something nobody expected (run with --debug for the details)")
+    assert ("Traceback" in err) == debug and os.listdir(tmp_path) == ["flag.blend"]
+
+
 # ------------------------------------------------------------------------------------------------ scene safety
 
 
@@ -336,3 +333,61 @@ def test_stale_temporary_folders_are_removed(tmp_path):
         folder.mkdir()
     assert files.clean_stale_temp(str(tmp_path)) == [str(stale)]
     assert sorted(os.listdir(tmp_path)) == sorted([live.name, other.name])
+
+
+# ------------------------------------------------------------------------------------------------ solver CLI
+
+
+def _problem_file(folder):
+    from solver_core.scenes.nbody import nbody_problem
+    import solver_core as sc
+    path = folder / "p.npz"
+    sc.save_problem(path, nbody_problem(3, seed=1, n_frames=12, perturbation=0.005))
+    return path
+
+
+def _truncated(path):
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+
+
+def _no_metadata(path):
+    np.savez(path, r0=np.zeros((3, 3)))
+
+
+def _text(path):
+    path.write_text("frames 1 2 3\n")
+
+
+@pytest.mark.parametrize("damage, output, message", [
+    (_truncated, "r.npz", "is not a complete .npz file (truncated or damaged"),
+    (_no_metadata, "r.npz", "is not a problem file saved by solver_core"),
+    (_text, "r.npz", "is not a problem file saved by solver_core"),
+    (None, "p.npz", "is the problem file itself"),
+    (None, "missing/r.npz", "does not exist; create it first"),
+    (None, "sub", "is a folder"),
+])
+def test_solver_cli_refuses_bad_files_before_any_work(tmp_path, capsys, damage, output, message):
+    from solver_core.__main__ import main
+    path = _problem_file(tmp_path)
+    (tmp_path / "sub").mkdir()
+    if damage:
+        damage(path)
+    before, listing = sha256(path), sorted(os.listdir(tmp_path))
+    assert main(["loop", str(path), "-o", str(tmp_path / output), "--max-iters", "1"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert (str(path) if damage or output == "p.npz" else str(tmp_path / output)) in err     # names its file
+    assert sha256(path) == before and sorted(os.listdir(tmp_path)) == listing
+
+
+def test_solver_cli_writes_with_the_users_umask(tmp_path, capsys):
+    from solver_core.__main__ import main
+    path = _problem_file(tmp_path)
+    old = os.umask(0o022)
+    try:
+        assert main(["loop", str(path), "-o", str(tmp_path / "r.npz"), "--max-iters", "1", "--quiet"]) == 0
+    finally:
+        os.umask(old)
+    assert all(os.stat(tmp_path / name).st_mode & 0o777 == 0o644 for name in ("p.npz", "r.npz"))
+    assert sorted(os.listdir(tmp_path)) == ["p.npz", "r.npz"]
