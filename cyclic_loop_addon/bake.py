@@ -129,7 +129,7 @@ def _check_objects(args):
                          f"Cloth or Soft Body in this file: {', '.join(simulated) or 'none'}")
 
 
-def _open(args):
+def _open(args, argv):
     """Open the scene given on the command line (bpy module) or check the one Blender opened."""
     if args.blend:
         if not os.path.isfile(args.blend):
@@ -139,6 +139,10 @@ def _open(args):
         except RuntimeError as exc:
             raise LoopInputError(f"cannot open {args.blend}: it is not a complete .blend file (truncated, or "
                                  "another kind of file); give the .blend saved by Blender") from exc
+    named = [a for a in argv[:argv.index("--") if "--" in argv else len(argv)] if a.lower().endswith(".blend")]
+    if not bpy.data.filepath and named:     # Blender was given a file and could not open it
+        raise LoopInputError(f"Blender could not open {named[0]}: it is missing or not a complete .blend file "
+                             "(truncated, or another kind of file); give the .blend saved by Blender")
     if not bpy.data.filepath:
         raise LoopInputError("no scene: give the .blend file (blender -b scene.blend --python bake.py -- ... "
                              "or python bake.py scene.blend -- ...)")
@@ -153,9 +157,10 @@ def _progress(start):
     return callback
 
 
-def run(args):
-    """Gather, solve, write and export as ``args`` say; returns the report dict."""
-    source = _open(args)
+def run(args, argv=()):
+    """Gather, solve, write and export as ``args`` say (``argv``: the full command line, to name a .blend
+    Blender could not open); returns the report dict."""
+    source = _open(args, list(argv))
     _check_outputs(args)
     _check_objects(args)
     settings = _settings(args)
@@ -225,7 +230,7 @@ def main(argv):
     try:
         args = parse_args(argv)
         files.clean_stale_temp()
-        run(args)
+        run(args, argv)
     except SystemExit as exc:       # argparse: --help (0) or a usage error (2, already printed)
         return exc.code if isinstance(exc.code, int) else 2
     except LoopInputError as exc:

@@ -169,6 +169,15 @@ def test_headless_bake_exit_status_holds_under_blender(flag_blend, tmp_path):
     assert open(src, "rb").read() == before and sorted(os.listdir(tmp_path)) == ["nan.blend"]
 
 
+def test_a_file_blender_cannot_open_is_named(tmp_path):
+    path = tmp_path / "notes.blend"
+    path.write_text("not a scene\n")
+    proc = blender_run(str(path), "--python", BAKE, "--", *QUICK, "--output", str(tmp_path / "o.blend"))
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"Blender could not open {path}: it is missing or not a complete .blend file" in proc.stderr
+    assert path.read_text() == "not a scene\n" and os.listdir(tmp_path) == ["notes.blend"]
+
+
 @pytest.mark.parametrize("option, message", [("--abc", "no Alembic exporter"), ("--preview", "needs matplotlib")])
 def test_outputs_this_blender_cannot_write_are_refused_up_front(flag_blend, tmp_path, option, message):
     """Debian's Blender 3.4 has no Alembic exporter and no matplotlib: said before any work, status 2."""

@@ -76,12 +76,21 @@ def test_no_output_may_destroy_an_input_or_another_output(tmp_path, capsys, opti
     path = open_sample("flag", tmp_path)
     (tmp_path / "sub").mkdir()
     target = target(tmp_path, path) if callable(target) else target.format(input=path, tmp=tmp_path)
-    listing = sorted(os.listdir(tmp_path))
-    before = {name: sha256(tmp_path / name) for name in listing if os.path.isfile(tmp_path / name)}
+    before = _tree(tmp_path)
     status, err = _bake([path, "--", *QUICK, "--output", str(tmp_path / "out.blend"), option, target], capsys)
     assert status == 2 and message in err, err
-    assert sorted(os.listdir(tmp_path)) == listing
-    assert {name: sha256(tmp_path / name) for name in before} == before
+    assert _tree(tmp_path) == before        # the input, the cache and the links as they were, nothing added
+
+
+def _tree(folder):
+    """relative path -> sha256 (files) or None (folders, symlinks) of everything under ``folder``."""
+    found = {}
+    for root, dirs, names in os.walk(folder):
+        for name in dirs + names:
+            path = os.path.join(root, name)
+            plain = os.path.isfile(path) and not os.path.islink(path)
+            found[os.path.relpath(path, folder)] = sha256(path) if plain else None
+    return found
 
 
 def test_overwrite_lets_only_output_replace_the_input(tmp_path, capsys):
