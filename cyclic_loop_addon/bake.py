@@ -8,6 +8,9 @@ Prints progress lines and a final report (seam jumps and residuals of the source
 iterations, seconds, the initial guess used and why it fell back). Exit status, under Blender's
 executable as under Python: 0 done, 2 bad input (nothing written), 3 the solver or a write failed
 (nothing written), 130 interrupted (Ctrl-C). Errors are one line; ``--debug`` adds the traceback.
+A .blend Blender cannot read stops Blender itself (status 1) before this script runs when it is
+given before ``--python``; given after ``--`` (``blender -b --python bake.py -- scene.blend ...``) it is
+opened here and refused with status 2.
 Every output is checked before any work starts (guard.check_outputs): none may be the input .blend
 (unless ``--overwrite`` for --output), a source cache file or another output.
 """
@@ -129,7 +132,7 @@ def _check_objects(args):
                          f"Cloth or Soft Body in this file: {', '.join(simulated) or 'none'}")
 
 
-def _open(args, argv):
+def _open(args):
     """Open the scene given on the command line (bpy module) or check the one Blender opened."""
     if args.blend:
         if not os.path.isfile(args.blend):
@@ -139,10 +142,6 @@ def _open(args, argv):
         except RuntimeError as exc:
             raise LoopInputError(f"cannot open {args.blend}: it is not a complete .blend file (truncated, or "
                                  "another kind of file); give the .blend saved by Blender") from exc
-    named = [a for a in argv[:argv.index("--") if "--" in argv else len(argv)] if a.lower().endswith(".blend")]
-    if not bpy.data.filepath and named:     # Blender was given a file and could not open it
-        raise LoopInputError(f"Blender could not open {named[0]}: it is missing or not a complete .blend file "
-                             "(truncated, or another kind of file); give the .blend saved by Blender")
     if not bpy.data.filepath:
         raise LoopInputError("no scene: give the .blend file (blender -b scene.blend --python bake.py -- ... "
                              "or python bake.py scene.blend -- ...)")
@@ -157,10 +156,9 @@ def _progress(start):
     return callback
 
 
-def run(args, argv=()):
-    """Gather, solve, write and export as ``args`` say (``argv``: the full command line, to name a .blend
-    Blender could not open); returns the report dict."""
-    source = _open(args, list(argv))
+def run(args):
+    """Gather, solve, write and export as ``args`` say; returns the report dict."""
+    source = _open(args)
     _check_outputs(args)
     _check_objects(args)
     settings = _settings(args)
@@ -192,7 +190,10 @@ def _write(args, gathered, q, rep):
     if args.output:
         writeback.write_back(gathered, q)
     if args.abc:
-        export.export_alembic(gathered, q, args.abc)
+        try:
+            export.export_alembic(gathered, q, args.abc)
+        except RuntimeError as exc:     # Blender's exporter reports its own failures this way
+            raise LoopWriteError(f"could not write the --abc {args.abc}: {exc}. Nothing was written there") from exc
     if args.preview:
         preview.save_preview(gathered, q, args.preview)
     if args.pc2:   # after the Alembic export: the file it plays appears when all outputs do
@@ -202,7 +203,11 @@ def _write(args, gathered, q, rep):
             bpy.data.objects[gathered.object_names[0]].modifiers[writeback.CACHE_MODIFIER].filepath = "//" + relative
     if args.output:
         with atomic_path(args.output, "--output", verify=_loadable) as tmp:
-            bpy.ops.wm.save_as_mainfile(filepath=tmp, copy=True, compress=True)
+            try:
+                bpy.ops.wm.save_as_mainfile(filepath=tmp, copy=True, compress=True)
+            except RuntimeError as exc:
+                raise LoopWriteError(f"could not write the --output {args.output}: {exc}. Nothing was written "
+                                     "there") from exc
     if args.json:
         with atomic_path(args.json, "--json") as tmp, open(tmp, "w") as f:
             json.dump(rep, f, indent=2)
@@ -230,7 +235,7 @@ def main(argv):
     try:
         args = parse_args(argv)
         files.clean_stale_temp()
-        run(args, argv)
+        run(args)
     except SystemExit as exc:       # argparse: --help (0) or a usage error (2, already printed)
         return exc.code if isinstance(exc.code, int) else 2
     except LoopInputError as exc:

@@ -213,14 +213,15 @@ def make_temp_folder():
     return folder
 
 
-_staging = {}
+_staging = None
 
 
 def temp_folder():
-    """This process's staging folder (one per process), checked for STAGING_RESERVE free bytes."""
-    folder = _staging.get(os.getpid())
-    if folder is None or not os.path.isdir(folder):
-        folder = _staging[os.getpid()] = make_temp_folder()
+    """This process's staging folder, checked for STAGING_RESERVE free bytes."""
+    global _staging
+    if _staging is None or not os.path.isdir(_staging):
+        _staging = make_temp_folder()
+    folder = _staging
     free = shutil.disk_usage(folder).free
     if free < STAGING_RESERVE:
         raise LoopWriteError(f"the temporary folder {os.path.dirname(folder)} has only {free / 2 ** 20:.0f} MB "

@@ -24,6 +24,7 @@ from .worker import SolveJob, progress_fraction
 
 TIMER_SECONDS = 0.1
 OUTPUT_EXTENSIONS = {"ALEMBIC": ".abc", "PC2": ".pc2"}
+OUTPUT_NAMES = {"ALEMBIC": "the Alembic file", "PC2": "the PC2 file"}
 _job = None     # the running SolveJob: one solve at a time
 TARGETS = "cyclic_loop_targets"     # scene ID property: the objects of the running solve (ID pointers)
 LOOPED = "cyclic_loop_looped"       # scene ID property: the object of the last written loop
@@ -174,7 +175,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         options = loop_settings(obj, settings, context)
         try:
             if settings.output != "SHAPE_KEYS":
-                guard.check_outputs([(f"the {settings.output.title()} file", output_path(settings), False)])
+                guard.check_outputs([(OUTPUT_NAMES[settings.output], output_path(settings), False)])
             gathered = scene_io.gather(options, context)
         except LoopError as exc:
             self.report({"ERROR"}, str(exc))

@@ -84,6 +84,8 @@ def _read_npz(path, kind):
                 raise ValueError("a single array")
             arrays = {k: data[k] for k in data.files}
         meta = json.loads(str(arrays.pop("meta")))
+    except FileNotFoundError:
+        raise
     except (zipfile.BadZipFile, EOFError, OSError) as exc:
         raise ValueError(f"{path} is not a complete .npz file (truncated or damaged: {exc}); save the {kind} "
                          "again") from exc
@@ -91,8 +93,8 @@ def _read_npz(path, kind):
         raise ValueError(f"{path} is not a {kind} file saved by solver_core (it is another kind of file or has "
                          f"no metadata); give a .npz written by save_{kind} or bake.py") from exc
     if not isinstance(meta, dict) or meta.get("kind") != kind:
-        raise ValueError(f"{path} holds a {meta.get('kind') if isinstance(meta, dict) else 'no'!r}, "
-                         f"not a {kind!r}")
+        found = meta.get("kind") if isinstance(meta, dict) else None
+        raise ValueError(f"{path} holds a {found!r}, not a {kind!r}")
     if meta.get("format_version", 0) > FORMAT_VERSION:
         raise ValueError(f"{path} has format version {meta['format_version']}; this solver reads up to {FORMAT_VERSION}")
     return meta, arrays

@@ -238,3 +238,18 @@ def test_without_a_usable_python_the_thread_solves(installed, tmp_path):
     assert job.error is None and job.where == "thread" and job.q is not None
     assert len(job.notes) == 1 and job.notes[0].startswith("solved inside Blender")
     assert job.report["notes"][-1] == job.notes[0]
+
+
+def test_make_loop_refuses_an_output_file_that_is_the_open_blend(installed, tmp_path):
+    """Make Loop's PC2 / Alembic file goes through the same guard as bake.py: a link to the open .blend
+    is refused before anything is gathered, and the file stays as it was."""
+    obj, settings = open_sample("flag")
+    link = tmp_path / "loop.pc2"
+    os.symlink(bpy.data.filepath, link)
+    before = open(bpy.data.filepath, "rb").read()
+    settings.output, settings.filepath = "PC2", str(link)
+    with pytest.raises(RuntimeError, match=r"is the input file \(the open .blend\)"):   # its ERROR report
+        bpy.ops.cyclic_loop.make_loop()
+    assert "is the input file (the open .blend)" in bpy.context.scene.cyclic_loop_run.message
+    assert open(bpy.data.filepath, "rb").read() == before and loop_keys(obj) == []
+    assert os.listdir(tmp_path) == ["loop.pc2"]

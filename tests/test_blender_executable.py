@@ -169,13 +169,17 @@ def test_headless_bake_exit_status_holds_under_blender(flag_blend, tmp_path):
     assert open(src, "rb").read() == before and sorted(os.listdir(tmp_path)) == ["nan.blend"]
 
 
-def test_a_file_blender_cannot_open_is_named(tmp_path):
-    path = tmp_path / "notes.blend"
-    path.write_text("not a scene\n")
-    proc = blender_run(str(path), "--python", BAKE, "--", *QUICK, "--output", str(tmp_path / "o.blend"))
+@pytest.mark.parametrize("content", ["text", "truncated"])
+def test_a_file_blender_cannot_open_is_refused(flag_blend, tmp_path, content):
+    """Given after ``--``, bake.py opens the .blend itself, so an unreadable one exits 2 with a message."""
+    path = tmp_path / "scene.blend"
+    data = open(flag_blend, "rb").read()
+    path.write_bytes(b"not a scene\n" if content == "text" else data[:len(data) // 2])
+    before = path.read_bytes()
+    proc = blender_run("--python", BAKE, "--", str(path), *QUICK, "--output", str(tmp_path / "o.blend"))
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert f"Blender could not open {path}: it is missing or not a complete .blend file" in proc.stderr
-    assert path.read_text() == "not a scene\n" and os.listdir(tmp_path) == ["notes.blend"]
+    assert f"cannot open {path}: it is not a complete .blend file" in proc.stderr and "Traceback" not in proc.stderr
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["scene.blend"]
 
 
 @pytest.mark.parametrize("option, message", [("--abc", "no Alembic exporter"), ("--preview", "needs matplotlib")])
@@ -187,9 +191,9 @@ def test_outputs_this_blender_cannot_write_are_refused_up_front(flag_blend, tmp_
 
 
 def test_ctrl_c_stops_a_headless_bake_with_130(flag_blend, tmp_path):
+    argv = [*QUICK[:7], "--substeps", "1", "--iterations", "500", "--output", str(tmp_path / "o.blend")]
     proc = subprocess.Popen([bpy.app.binary_path, "-b", "--factory-startup", flag_blend, "--python", BAKE, "--",
-                             *QUICK[:7], "--substeps", "1", "--iterations", "500", "--output", str(tmp_path / "o.blend")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:        # interrupt once the solve runs
         if "iteration 1:" in line:
             proc.send_signal(subprocess.signal.SIGINT)

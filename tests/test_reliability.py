@@ -288,8 +288,9 @@ def test_an_unexpected_error_is_status_3_with_a_traceback_only_on_request(tmp_pa
     monkeypatch.setattr(scene_io, "gather", broken)
     argv = [path, "--", *QUICK, "--output", str(tmp_path / "o.blend")] + (["--debug"] if debug else [])
     status, err = _bake(argv, capsys)
-    assert status == 3 and err.strip().splitlines()[-1] == ("[cyclic-loop] unexpected error: RuntimeError: "
-                                                            "something nobody expected (run with --debug for the details)")
+    last = err.strip().splitlines()[-1]
+    assert status == 3 and last == ("[cyclic-loop] unexpected error: RuntimeError: something nobody expected "
+                                    "(run with --debug for the details)")
     assert ("Traceback" in err) == debug and os.listdir(tmp_path) == ["flag.blend"]
 
 
