@@ -101,6 +101,19 @@ def test_overwrite_lets_only_output_replace_the_input(tmp_path, capsys):
     assert "--overwrite" not in err
 
 
+def test_folder_outputs_are_guarded_too(tmp_path):
+    """A folder output (such as vertex animation textures) may not be a file, the cache folder or the input."""
+    from cyclic_loop_addon import guard
+    path = open_sample("flag", tmp_path)
+    cache = _disk_cache(tmp_path, path)
+    before = _tree(tmp_path)
+    assert guard.check_outputs([("--vat", str(tmp_path / "textures"), True)]) == [str(tmp_path / "textures")]
+    for target, message in ((path, "is a file; give a folder"), (os.path.dirname(cache), "is the Cloth cache folder")):
+        with pytest.raises(LoopInputError, match=message):
+            guard.check_outputs([("--vat", target, True)])
+    assert _tree(tmp_path) == before
+
+
 # ------------------------------------------------------------------------------------------------ full disk
 
 
