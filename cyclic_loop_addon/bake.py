@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import bpy
 
-from . import export, files, guard, limits, preview, scene_io, solve, writeback
+from . import export, files, gltf, guard, limits, preview, scene_io, solve, vat, web_preview, writeback
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
 from .files import atomic_path
 
@@ -54,6 +54,9 @@ OUTPUTS = (
     Output("abc", "OUT.abc", "Alembic of one period"),
     Output("pc2", "OUT.pc2", "PC2 of one period (played by a Mesh Cache modifier in --output)"),
     Output("preview", "OUT.png", "strip of frames around the wrap, cache above, loop below"),
+    Output("vat", "DIR", "vertex animation textures (PNG and EXR), JSON and mesh into DIR", folder=True),
+    Output("glb", "OUT.glb", "glTF binary of one period as morph-target animation"),
+    Output("html", "OUT.html", "self-contained web page playing the loop beside the cache"),
     Output("json", "OUT.json", "the report as JSON", product=False),
 )
 
@@ -117,6 +120,8 @@ def _check_outputs(args):
     if args.abc and "alembic_export" not in dir(bpy.ops.wm):
         raise LoopInputError("this Blender has no Alembic exporter (it was built without Alembic): leave out "
                              "--abc (--pc2 writes the same loop) or use a Blender from blender.org")
+    if args.glb:
+        gltf.checked_path(args.glb)
     if args.preview and importlib.util.find_spec("matplotlib") is None:
         raise LoopInputError("--preview needs matplotlib in Blender's Python: install it there or leave out "
                              "--preview")
@@ -170,8 +175,9 @@ def run(args):
          f"{prob.n_frames} frames ({gathered.frame_start}..{int(gathered.frames[-1])}), "
          f"{prob.substeps} substeps, dt {prob.dt:g}, {len(prob.pins)} pins; memory estimate "
          f"{need / limits.GB:.2f} GB")
-    if gathered.kind == "bodies" and (args.abc or args.pc2):
-        raise LoopInputError("--abc and --pc2 hold mesh vertices; N bodies are written as location keys (--output)")
+    if gathered.kind == "bodies" and (args.abc or args.pc2 or args.vat or args.glb):
+        raise LoopInputError("--abc, --pc2, --vat and --glb hold mesh vertices; N bodies are written as location "
+                             "keys (--output)")
     for note in gathered.notes:
         _say(f"note: {note}")
     _say(f"solving (init {settings.init}, scheme {gathered.problem.scheme}, up to {settings.iterations} iterations)")
@@ -196,6 +202,9 @@ def _write(args, gathered, q, rep):
             raise LoopWriteError(f"could not write the --abc {args.abc}: {exc}. Nothing was written there") from exc
     if args.preview:
         preview.save_preview(gathered, q, args.preview)
+    for path, write in ((args.vat, vat.export_vat), (args.glb, gltf.export_gltf), (args.html, web_preview.write_page)):
+        if path:
+            write(gathered, q, path)
     if args.pc2:   # after the Alembic export: the file it plays appears when all outputs do
         export.export_pc2(gathered, q, args.pc2, attach=bool(args.output))
         if args.output:  # relative to the open file; saving --output remaps it relative to the saved one

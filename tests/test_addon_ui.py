@@ -240,6 +240,22 @@ def test_without_a_usable_python_the_thread_solves(installed, tmp_path):
     assert job.report["notes"][-1] == job.notes[0]
 
 
+@pytest.mark.parametrize("output, name", [("VAT", "flag_loop/Flag.json"), ("GLTF", "flag_loop.glb"),
+                                          ("WEB", "flag_loop.html")])
+def test_panel_writes_the_engine_and_web_outputs(installed, tmp_path, output, name):
+    """Output VAT / glTF / Web Preview from the panel; the page inlines the three.js the extension ships."""
+    obj, settings = open_sample("flag")
+    settings.method, settings.output, settings.filepath = "crossfade", output, str(tmp_path / "flag_loop")
+    assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
+    assert bpy.context.scene.cyclic_loop_run.message == f"Loop written as {name.split('/')[0]}"
+    assert (tmp_path / name).stat().st_size > 0 and loop_keys(obj) == []
+    if output == "WEB":
+        shipped = os.path.join(os.path.dirname(addon_module("web_preview").__file__), "three", "three.module.js")
+        assert os.path.isfile(shipped)
+        page = (tmp_path / name).read_text()
+        assert '<script type="importmap">{"imports": {"three-core": "data:text/javascript;base64,' in page
+
+
 def test_make_loop_refuses_an_output_file_that_is_the_open_blend(installed, tmp_path):
     """Make Loop's PC2 / Alembic file goes through the same guard as bake.py: a link to the open .blend
     is refused before anything is gathered, and the file stays as it was."""

@@ -62,6 +62,8 @@ GUARDED = [  # (option, target (path or function of (tmp, input)), message)
     ("--json", "{input}", "is the input file"),
     ("--pc2", "{input}", "is the input file"),
     ("--preview", "{input}", "is the input file"),
+    ("--html", "{input}", "is the input file"),
+    ("--vat", "{input}", "is a file; give a folder"),
     ("--output", "{tmp}/sub/../flag.blend", "is the input file"),
     ("--json", _symlink, "is the input file"),
     ("--pc2", _hardlink, "is the input file"),
