@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import bpy
 
-from . import export, files, gltf, guard, limits, preview, scene_io, solve, vat, web_preview, writeback
+from . import (export, files, gltf, guard, limits, preview, scene_io, solve, task_files, vat, web_preview,
+               writeback)
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
 from .files import atomic_path
 
@@ -85,6 +86,8 @@ def _parser():
     p.add_argument("--bake", action="store_true", help="bake an unbaked physics cache first (in memory)")
     p.add_argument("--overwrite", action="store_true", help="allow --output to be the input .blend")
     p.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
+    p.add_argument("--skip-existing", action="store_true",
+                   help="exit 0 at once when the --json report is newer than every output (a finished farm task)")
     return p
 
 
@@ -244,8 +247,12 @@ def main(argv):
     try:
         args = parse_args(argv)
         files.clean_stale_temp()
-        run(args)
-    except SystemExit as exc:       # argparse: --help (0) or a usage error (2, already printed)
+        if task_files.check_skip_existing(args):
+            _say(f"already done: {args.json} is newer than every output (--skip-existing)")
+            return 0
+        with task_files.outputs_or_none(task_files.outputs(args), args.json, keep=args.blend or bpy.data.filepath):
+            run(args)
+    except SystemExit as exc:       # argparse: --help (0) or a usage error (2, already printed); SIGTERM: 143
         return exc.code if isinstance(exc.code, int) else 2
     except LoopInputError as exc:
         return _fail(f"error: {exc}", 2, exc, debug)

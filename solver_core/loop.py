@@ -67,8 +67,12 @@ def _initial_guess(prob, init, callback):
             q0, info = fast_projection(prob, callback=callback)
             return q0, "fast_projection", "", info
         except FastProjectionDiverged as exc:
+            # From the crossfade Gauss–Newton reached a lower loss in fewer iterations than from the forward
+            # clip on every paper scene measured at scale 0.25 (flag 1.83 vs 8.55 and a seamless wrap instead of
+            # a position jump 83x the median; swinging cloth 0.80 vs 2.43; doughnut 5.8e3 vs 3.6e4; twisting
+            # bar equal in 98 vs 151 iterations).
             info = dict(iterations=0, G=[], seconds=time.perf_counter() - t0, cancelled=False)
-            return simulate(prob), "forward", str(exc), info
+            return crossfade_loop(simulate(prob)), "crossfade", str(exc), info
     if init == "crossfade":
         # The crossfade sits at the clip's middle frame at the wrap; the hard initial conditions are
         # imposed on it afterwards, like on any other guess.
@@ -79,7 +83,7 @@ def _initial_guess(prob, init, callback):
 def make_loop(prob, init="fast_projection", max_iters=200, tol=1e-8, callback=None, backend="auto"):
     """Solve the loop problem ``prob`` and return a LoopResult.
 
-    ``init``: "fast_projection" (falls back to "forward" by itself when fast projection diverges;
+    ``init``: "fast_projection" (falls back to "crossfade" by itself when fast projection diverges;
     the reason is in ``fallback_reason``), "forward", "crossfade", or an array (n_frames or
     n_steps, n, 3). ``callback(info)`` gets phase, iteration and loss after every iteration and
     cancels by returning True: the best iterate so far is returned with ``cancelled=True``.

@@ -110,7 +110,7 @@ def test_make_loop_end_to_end_and_restore(installed):
     assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
     run = bpy.context.scene.cyclic_loop_run
     assert not run.running and run.has_report and run.object_name == obj.name
-    assert run.init_used in {"fast_projection", "forward", "cache"} and run.iterations > 0 and run.seconds > 0
+    assert run.init_used in {"fast_projection", "crossfade", "cache"} and run.iterations > 0 and run.seconds > 0
     assert 0 < run.seam_before < float("inf") and 0 < run.seam_after < float("inf") and run.residual > 0
     assert len(loop_keys(obj)) == settings.frame_end - settings.frame_start + 1
     assert bpy.ops.cyclic_loop.restore() == {"FINISHED"}

@@ -181,12 +181,13 @@ def test_fast_projection_closes_a_mild_loop():
     assert np.array_equal(q[0], prob.r0)
 
 
-def test_fast_projection_divergence_falls_back_to_forward():
+def test_fast_projection_divergence_falls_back_to_the_crossfade():
     prob = nbody_problem(5, seed=3, perturbation=0.02)
     with pytest.raises(sc.FastProjectionDiverged):
         sc.fast_projection(prob)
     res = sc.make_loop(prob, max_iters=5)
-    assert res.init_used == "forward"
+    assert res.init_used == "crossfade"
+    np.testing.assert_allclose(res.initial_guess, prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob))))
     assert "fast projection" in res.fallback_reason
 
 
