@@ -173,7 +173,8 @@ def run(args):
     _say(f"gathering from {source}")
     gathered = scene_io.gather(settings)
     prob = gathered.problem
-    need = limits.estimate_bytes(prob.n_frames, prob.substeps, prob.n_vertices, prob.scheme == "linearized")
+    need = limits.estimate_bytes(prob.n_frames, prob.substeps, prob.n_vertices, prob.scheme,
+                                 gathered.model_name == "blender_cloth")
     _say(f"gathered {', '.join(gathered.object_names)}: model {gathered.model_name}, {prob.n_vertices} vertices, "
          f"{prob.n_frames} frames ({gathered.frame_start}..{int(gathered.frames[-1])}), "
          f"{prob.substeps} substeps, dt {prob.dt:g}, {len(prob.pins)} pins; memory estimate "

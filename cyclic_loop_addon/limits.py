@@ -1,19 +1,16 @@
-"""Bounds checked before any array is made: numbers in range and a memory estimate of the solve. No bpy.
+"""Bounds checked before any array is made: numbers in range and the solve's memory. No bpy.
 
-The estimate is per unknown of the solve (frames x substeps x vertices x 3), measured on this project's
-scenes: the direct (CHOLMOD) Gauss–Newton solve peaks near 20 kB per unknown (1.04 GB for 51k), the
-structured one (problems from STRUCTURED_FROM unknowns, Blender cloth excepted) near 7 kB.
+The memory estimate is the solver's own (``solver_core.memory.peak_bytes``, from the problem's size and
+scheme), compared with the memory this process can still use.
 """
 import os
 
 from .errors import LoopInputError
+from .solver import sc
 
 MAX_FRAME = 1048574             # Blender's last frame (MAXFRAME)
 MAX_SUBSTEPS = 10000
 MAX_ITERATIONS = 100000
-DIRECT_BYTES_PER_UNKNOWN = 20e3
-STRUCTURED_BYTES_PER_UNKNOWN = 7e3
-STRUCTURED_FROM = 15000
 GB = 1e9
 
 
@@ -43,11 +40,9 @@ def check_frames(start, end, step):
     return count
 
 
-def estimate_bytes(n_frames, substeps, n_vertices, direct=False):
-    """Peak memory (bytes) a solve of this size is expected to need."""
-    unknowns = n_frames * max(substeps, 1) * n_vertices * 3
-    direct = direct or unknowns < STRUCTURED_FROM
-    return unknowns * (DIRECT_BYTES_PER_UNKNOWN if direct else STRUCTURED_BYTES_PER_UNKNOWN)
+def estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms=False):
+    """Peak memory (bytes) of a solve of this size (``velocity_terms``: Blender cloth's damping)."""
+    return sc.memory.peak_bytes(max(n_vertices, 1), n_frames * max(substeps, 1), scheme, velocity_terms)
 
 
 def available_bytes():
@@ -72,9 +67,9 @@ def available_bytes():
     return min(found) if found else None
 
 
-def check_memory(n_frames, substeps, n_vertices, direct=False):
+def check_memory(n_frames, substeps, n_vertices, scheme, velocity_terms=False):
     """The estimate (bytes); raise LoopInputError when it does not fit the available memory."""
-    need = estimate_bytes(n_frames, substeps, n_vertices, direct)
+    need = estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms)
     have = available_bytes()
     if have is not None and need > have:
         raise LoopInputError(

@@ -142,14 +142,15 @@ def _frame_range(settings, scene, objects):
     step = max(scene.frame_step, 1)
     count = limits.check_frames(start, end, step)
     mod = _physics_modifier(objects[0]) if len(objects) == 1 and settings.model != "nbody" else None
-    n, substeps, direct = len(objects), int(settings.substeps) or 1, False
+    n, substeps, model = len(objects), int(settings.substeps) or 1, "nbody"
     if mod is not None and objects[0].type == "MESH":
         _check_cache_range(objects[0], mod, start, end)
         n = len(objects[0].data.vertices) * (1 if mod.type == "CLOTH" else 2)   # a soft body's interior
+        model = settings.model if settings.model != "auto" else "blender_cloth" if mod.type == "CLOTH" else "soft_body"
         if mod.type == "CLOTH":
             substeps = int(settings.substeps) or step * max(int(mod.settings.quality), 1)
-            direct = settings.model in ("auto", "blender_cloth")
-    limits.check_memory(count, substeps, n, direct)
+    scheme = SCHEME_OF_MODEL.get(model, "backward") if settings.scheme == "auto" else settings.scheme
+    limits.check_memory(count, substeps, n, scheme, velocity_terms=model == "blender_cloth")
     return np.arange(start, end + 1, step)
 
 
