@@ -5,9 +5,14 @@
     python cyclic_loop_addon/bake.py scene.blend -- --object Flag --frames 25 48 --output ...   (bpy module)
 
 Prints progress lines and a final report (seam jumps and residuals of the source cache and of the loop,
-iterations, seconds, the initial guess used and why it fell back). Exit status: 0 done, 2 bad input
-(nothing written), 3 the solver failed (nothing written). The input .blend is never written; --output
-may name it only with --overwrite.
+iterations, seconds, the initial guess used and why it fell back). Exit status, under Blender's
+executable as under Python: 0 done, 2 bad input (nothing written), 3 the solver or a write failed
+(nothing written), 130 interrupted (Ctrl-C). Errors are one line; ``--debug`` adds the traceback.
+A .blend Blender cannot read stops Blender itself (status 1) before this script runs when it is
+given before ``--python``; given after ``--`` (``blender -b --python bake.py -- scene.blend ...``) it is
+opened here and refused with status 2.
+Every output is checked before any work starts (guard.check_outputs): none may be the input .blend
+(unless ``--overwrite`` for --output), a source cache file or another output.
 """
 import os
 import sys
@@ -18,14 +23,43 @@ if __name__ == "__main__":  # run as a script by Blender or Python: import the p
     sys.exit(main(sys.argv))
 
 import argparse
+import importlib.util
 import json
+import signal
 import time
+import traceback
+from dataclasses import dataclass
 
 import bpy
 
-from . import export, gltf, preview, scene_io, solve, task_files, vat, web_preview, writeback
-from .errors import LoopInputError, LoopSolveError
-from .files import atomic_path, check_writable
+from . import (export, files, gltf, guard, limits, preview, scene_io, solve, task_files, vat, web_preview,
+               writeback)
+from .errors import LoopInputError, LoopSolveError, LoopWriteError
+from .files import atomic_path
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output option: ``--name PATH``; ``product``: a result of the loop (not only its report);
+    ``folder``: the path is a folder the output writes into."""
+    name: str
+    metavar: str
+    help: str
+    product: bool = True
+    folder: bool = False
+
+
+# Every path the bake writes, guarded as one (add a new output here and write it in ``run``).
+OUTPUTS = (
+    Output("output", "OUT.blend", "save the scene with the loop written back"),
+    Output("abc", "OUT.abc", "Alembic of one period"),
+    Output("pc2", "OUT.pc2", "PC2 of one period (played by a Mesh Cache modifier in --output)"),
+    Output("preview", "OUT.png", "strip of frames around the wrap, cache above, loop below"),
+    Output("vat", "DIR", "vertex animation textures (PNG and EXR), JSON and mesh into DIR", folder=True),
+    Output("glb", "OUT.glb", "glTF binary of one period as morph-target animation"),
+    Output("html", "OUT.html", "self-contained web page playing the loop beside the cache"),
+    Output("json", "OUT.json", "the report as JSON", product=False),
+)
 
 
 def _parser():
@@ -34,14 +68,8 @@ def _parser():
     p.add_argument("--object", action="append", default=[], metavar="NAME",
                    help="the simulated mesh; repeat (or comma-separate) for N bodies")
     p.add_argument("--frames", nargs=2, type=int, metavar=("A", "B"), help="loop frames A..B (default: scene range)")
-    p.add_argument("--output", metavar="OUT.blend", help="save the scene with the loop written back")
-    p.add_argument("--abc", metavar="OUT.abc", help="Alembic of one period")
-    p.add_argument("--pc2", metavar="OUT.pc2", help="PC2 of one period (played by a Mesh Cache modifier in --output)")
-    p.add_argument("--preview", metavar="OUT.png", help="strip of frames around the wrap, cache above, loop below")
-    p.add_argument("--vat", metavar="DIR", help="vertex animation textures (PNG and EXR), JSON and mesh into DIR")
-    p.add_argument("--glb", metavar="OUT.glb", help="glTF binary of one period as morph-target animation")
-    p.add_argument("--html", metavar="OUT.html", help="self-contained web page playing the loop beside the cache")
-    p.add_argument("--json", metavar="OUT.json", help="the report as JSON")
+    for out in OUTPUTS:
+        p.add_argument(f"--{out.name}", metavar=out.metavar, help=out.help)
     p.add_argument("--model", choices=scene_io.MODELS, default="auto")
     p.add_argument("--init", choices=solve.INITS, default="fast_projection")
     p.add_argument("--scheme", choices=scene_io.SCHEMES, default="auto",
@@ -57,6 +85,7 @@ def _parser():
     p.add_argument("--gravitational-constant", type=float, default=1.0, help="G for N bodies")
     p.add_argument("--bake", action="store_true", help="bake an unbaked physics cache first (in memory)")
     p.add_argument("--overwrite", action="store_true", help="allow --output to be the input .blend")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     p.add_argument("--skip-existing", action="store_true",
                    help="exit 0 at once when the --json report is newer than every output (a finished farm task)")
     return p
@@ -87,17 +116,28 @@ def _settings(args):
                                  gravitational_constant=args.gravitational_constant)
 
 
-def _check_outputs(args, source):
-    outputs = {"output": args.output, "abc": args.abc, "pc2": args.pc2, "preview": args.preview,
-               "vat": args.vat and vat.probe_path(args.vat), "glb": args.glb and gltf.checked_path(args.glb),
-               "html": args.html}
-    if not any(outputs.values()):
-        raise LoopInputError("nothing to write: give --output, --abc, --pc2, --preview, --vat, --glb and/or --html")
-    for what, path in {**outputs, "json": args.json}.items():
-        if path:
-            check_writable(path, f"--{what}")
-    if args.output and source and os.path.abspath(args.output) == os.path.abspath(source) and not args.overwrite:
-        raise LoopInputError(f"--output {args.output} is the input file; choose another path or pass --overwrite")
+def _check_outputs(args):
+    """Refuse a bake with nothing to write, or whose outputs would destroy an input or each other."""
+    if not any(getattr(args, out.name) for out in OUTPUTS if out.product):
+        raise LoopInputError("nothing to write: give " + ", ".join(f"--{o.name}" for o in OUTPUTS if o.product))
+    if args.abc and "alembic_export" not in dir(bpy.ops.wm):
+        raise LoopInputError("this Blender has no Alembic exporter (it was built without Alembic): leave out "
+                             "--abc (--pc2 writes the same loop) or use a Blender from blender.org")
+    if args.glb:
+        gltf.checked_path(args.glb)
+    if args.preview and importlib.util.find_spec("matplotlib") is None:
+        raise LoopInputError("--preview needs matplotlib in Blender's Python: install it there or leave out "
+                             "--preview")
+    guard.check_outputs([(f"--{out.name}", getattr(args, out.name), out.folder) for out in OUTPUTS
+                         if getattr(args, out.name)], overwrite=args.overwrite, may_replace_input=("--output",))
+
+
+def _check_objects(args):
+    if args.object:
+        return
+    simulated = [ob.name for ob in bpy.data.objects if scene_io._physics_modifier(ob) is not None]
+    raise LoopInputError("give the simulated object with --object NAME (repeat it for N bodies); objects with "
+                         f"Cloth or Soft Body in this file: {', '.join(simulated) or 'none'}")
 
 
 def _open(args):
@@ -105,7 +145,11 @@ def _open(args):
     if args.blend:
         if not os.path.isfile(args.blend):
             raise LoopInputError(f"no such .blend file: {args.blend}")
-        bpy.ops.wm.open_mainfile(filepath=os.path.abspath(args.blend))
+        try:
+            bpy.ops.wm.open_mainfile(filepath=os.path.abspath(args.blend))
+        except RuntimeError as exc:
+            raise LoopInputError(f"cannot open {args.blend}: it is not a complete .blend file (truncated, or "
+                                 "another kind of file); give the .blend saved by Blender") from exc
     if not bpy.data.filepath:
         raise LoopInputError("no scene: give the .blend file (blender -b scene.blend --python bake.py -- ... "
                              "or python bake.py scene.blend -- ...)")
@@ -123,14 +167,18 @@ def _progress(start):
 def run(args):
     """Gather, solve, write and export as ``args`` say; returns the report dict."""
     source = _open(args)
-    _check_outputs(args, source)
+    _check_outputs(args)
+    _check_objects(args)
     settings = _settings(args)
     _say(f"gathering from {source}")
     gathered = scene_io.gather(settings)
     prob = gathered.problem
+    need = limits.estimate_bytes(prob.n_frames, prob.substeps, prob.n_vertices, prob.scheme,
+                                 gathered.model_name == "blender_cloth")
     _say(f"gathered {', '.join(gathered.object_names)}: model {gathered.model_name}, {prob.n_vertices} vertices, "
          f"{prob.n_frames} frames ({gathered.frame_start}..{int(gathered.frames[-1])}), "
-         f"{prob.substeps} substeps, dt {prob.dt:g}, {len(prob.pins)} pins")
+         f"{prob.substeps} substeps, dt {prob.dt:g}, {len(prob.pins)} pins; memory estimate "
+         f"{need / limits.GB:.2f} GB")
     if gathered.kind == "bodies" and (args.abc or args.pc2 or args.vat or args.glb):
         raise LoopInputError("--abc, --pc2, --vat and --glb hold mesh vertices; N bodies are written as location "
                              "keys (--output)")
@@ -138,55 +186,87 @@ def run(args):
         _say(f"note: {note}")
     _say(f"solving (init {settings.init}, scheme {gathered.problem.scheme}, up to {settings.iterations} iterations)")
     result = solve.solve(gathered, settings, callback=_progress(time.perf_counter()))
-    q = result.q
+    rep = solve.report(gathered, result)
+    with files.all_or_nothing():        # every output complete, or none of them
+        _write(args, gathered, result.q, rep)
+    _say("wrote " + ", ".join(getattr(args, o.name) for o in OUTPUTS if getattr(args, o.name)))
+    for line in solve.format_report(rep):
+        _say(line)
+    return rep
+
+
+def _write(args, gathered, q, rep):
+    """Write the loop ``q`` and the report ``rep`` to every output the options name."""
     if args.output:
         writeback.write_back(gathered, q)
-        _say(f"wrote the loop onto {', '.join(gathered.object_names)}")
-    if args.pc2:
+    if args.abc:
+        try:
+            export.export_alembic(gathered, q, args.abc)
+        except RuntimeError as exc:     # Blender's exporter reports its own failures this way
+            raise LoopWriteError(f"could not write the --abc {args.abc}: {exc}. Nothing was written there") from exc
+    if args.preview:
+        preview.save_preview(gathered, q, args.preview)
+    for path, write in ((args.vat, vat.export_vat), (args.glb, gltf.export_gltf), (args.html, web_preview.write_page)):
+        if path:
+            write(gathered, q, path)
+    if args.pc2:   # after the Alembic export: the file it plays appears when all outputs do
         export.export_pc2(gathered, q, args.pc2, attach=bool(args.output))
         if args.output:  # relative to the open file; saving --output remaps it relative to the saved one
             relative = os.path.relpath(os.path.abspath(args.pc2), os.path.dirname(bpy.data.filepath))
             bpy.data.objects[gathered.object_names[0]].modifiers[writeback.CACHE_MODIFIER].filepath = "//" + relative
-        _say(f"wrote {args.pc2}")
-    if args.abc:
-        export.export_alembic(gathered, q, args.abc)
-        _say(f"wrote {args.abc}")
-    if args.preview:
-        preview.save_preview(gathered, q, args.preview)
-        _say(f"wrote {args.preview}")
-    for path, write in ((args.vat, vat.export_vat), (args.glb, gltf.export_gltf), (args.html, web_preview.write_page)):
-        if path:
-            write(gathered, q, path)
-            _say(f"wrote {path}")
     if args.output:
-        with atomic_path(args.output, "--output") as tmp:
-            bpy.ops.wm.save_as_mainfile(filepath=tmp, copy=True, compress=True)
-        _say(f"wrote {args.output}")
-    rep = solve.report(gathered, result)
-    for line in solve.format_report(rep):
-        _say(line)
+        with atomic_path(args.output, "--output", verify=_loadable) as tmp:
+            try:
+                bpy.ops.wm.save_as_mainfile(filepath=tmp, copy=True, compress=True)
+            except RuntimeError as exc:
+                raise LoopWriteError(f"could not write the --output {args.output}: {exc}. Nothing was written "
+                                     "there") from exc
     if args.json:
         with atomic_path(args.json, "--json") as tmp, open(tmp, "w") as f:
             json.dump(rep, f, indent=2)
-    return rep
+
+
+def _loadable(path):
+    """Raise OSError unless Blender can read ``path`` back (it lists the file's data without loading it)."""
+    with bpy.data.libraries.load(path) as (data_from, _):
+        if not data_from.scenes:
+            raise ValueError("the saved file holds no scene")
+
+
+def _fail(message, status, exc=None, debug=False):
+    if debug and exc is not None:
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+    print(f"[cyclic-loop] {message}", file=sys.stderr, flush=True)
+    return status
 
 
 def main(argv):
-    """Run with a full ``sys.argv``; returns the exit status."""
+    """Run with a full ``sys.argv``; returns the exit status (see the module docstring). Every error is
+    caught here, so the status holds whichever host runs the script."""
+    debug = "--debug" in argv
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)   # Blender's own handler only warns
     try:
         args = parse_args(argv)
-    except SystemExit as exc:
-        return exc.code
-    try:
+        files.clean_stale_temp()
         if task_files.check_skip_existing(args):
             _say(f"already done: {args.json} is newer than every output (--skip-existing)")
             return 0
         with task_files.outputs_or_none(task_files.outputs(args), args.json, keep=args.blend or bpy.data.filepath):
             run(args)
+    except SystemExit as exc:       # argparse: --help (0) or a usage error (2, already printed); SIGTERM: 143
+        return exc.code if isinstance(exc.code, int) else 2
     except LoopInputError as exc:
-        print(f"[cyclic-loop] error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except LoopSolveError as exc:
-        print(f"[cyclic-loop] solver error: {exc}", file=sys.stderr, flush=True)
-        return 3
+        return _fail(f"error: {exc}", 2, exc, debug)
+    except (LoopSolveError, LoopWriteError) as exc:
+        return _fail(f"{'write' if isinstance(exc, LoopWriteError) else 'solver'} error: {exc}", 3, exc, debug)
+    except KeyboardInterrupt as exc:
+        return _fail("interrupted: nothing was written", 130, exc, debug)
+    except MemoryError as exc:
+        return _fail("error: out of memory: shorten the frame range or lower --substeps", 3, exc, debug)
+    except Exception as exc:    # an unexpected error still ends with status 3 and one line
+        return _fail(f"unexpected error: {type(exc).__name__}: {exc} (run with --debug for the details)", 3,
+                     exc, debug)
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+        sys.stdout.flush()
     return 0

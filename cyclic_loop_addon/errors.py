@@ -11,3 +11,7 @@ class LoopInputError(LoopError):
 
 class LoopSolveError(LoopError):
     """The solver failed or diverged; nothing was written."""
+
+
+class LoopWriteError(LoopError):
+    """An output file could not be written (disk full, I/O error); no partial file, any previous one kept."""

@@ -1,35 +1,253 @@
-"""Output files: checked before any work starts, written under a temporary name and renamed into place."""
+"""Output files: checked before any work starts, written complete or not at all.
+
+``atomic_path`` yields a temporary name next to the target; when the block ends the file is flushed to
+disk, checked (not empty, and for .blend / .abc its header and end verified) and renamed into place. A
+failed write (disk full, I/O error, no permission) raises a LoopError naming the file and the cause and
+leaves no partial file; a previous file at the path is kept. Files whose writer aborts the whole process
+on an I/O error (Blender's Alembic exporter) are written first into this process's own temporary folder,
+checked for free space, then copied into place the same way. Inside ``all_or_nothing()`` the renames
+wait until the block succeeds, so a run leaves all its outputs complete or none of them. No bpy here.
+"""
+import atexit
+import errno
 import os
+import shutil
+import tempfile
 from contextlib import contextmanager
 
-from .errors import LoopInputError
+from .errors import LoopInputError, LoopWriteError
+
+TEMP_PREFIX = "cyclic_loop_"        # temporary folders: cyclic_loop_<pid>_<random>
+STAGED_EXTENSIONS = (".abc",)       # written by a library that aborts the process on I/O errors
+STAGING_RESERVE = 256 * 2 ** 20     # free bytes the temporary folder needs before such a write
+CHUNK = 2 ** 20
+
+_CAUSES = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EIO: "an input/output error (a failing disk or a lost network share)",
+    errno.EACCES: "no permission to write there",
+    errno.EPERM: "no permission to write there",
+    errno.EROFS: "the disk is read-only",
+    errno.EFBIG: "the file is larger than this system allows (ulimit -f)",
+}
+_INPUT_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)   # the user must pick another place: exit 2
 
 
-def check_writable(path, what="output"):
-    """The absolute ``path``; raise LoopInputError unless it can be created or replaced."""
+def same_path(a, b):
+    """True when ``a`` and ``b`` name the same file or folder: the same inode where both exist (hard
+    links, symlinks), else the same real path (``..``, symlinked folders)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
+
+
+def check_writable(path, what="output", folder_output=False):
+    """The absolute ``path``; raise LoopInputError unless it can be created or replaced.
+
+    ``folder_output``: the output is a folder (created if missing) rather than a file.
+    """
     path = os.path.abspath(path)
-    folder = os.path.dirname(path)
-    if os.path.isdir(path):
+    parent = os.path.dirname(path)
+    if folder_output and os.path.exists(path) and not os.path.isdir(path):
+        raise LoopInputError(f"the {what} path {path} is a file; give a folder")
+    if not folder_output and os.path.isdir(path):
         raise LoopInputError(f"the {what} path {path} is a folder; give a file name")
-    if not os.path.isdir(folder):
-        raise LoopInputError(f"cannot write the {what} {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise LoopInputError(f"cannot write the {what} {path}: no write permission")
+    if not os.path.isdir(parent):
+        raise LoopInputError(f"cannot write the {what} {path}: folder {parent} does not exist; create it "
+                             "or choose another path")
+    target = path if folder_output and os.path.isdir(path) else parent
+    if not os.access(target, os.W_OK) or (os.path.isfile(path) and not os.access(path, os.W_OK)):
+        raise LoopInputError(f"cannot write the {what} {path}: no write permission; choose another folder")
     return path
 
 
-@contextmanager
-def atomic_path(path, what="output"):
-    """Yield a temporary path next to ``path`` (same extension); rename it onto ``path`` on success.
+def write_failure(path, what, exc, kept):
+    """The LoopError for a failed write of ``path`` (OSError ``exc``): permission problems are bad input
+    (LoopInputError), a full disk or an I/O error a failed write (LoopWriteError)."""
+    cause = _CAUSES.get(exc.errno, exc.strerror or str(exc))
+    tail = "; the previous file there is unchanged" if kept else ""
+    cls = LoopInputError if exc.errno in _INPUT_ERRNOS else LoopWriteError
+    return cls(f"could not write the {what} {path}: {cause}. Nothing was written there{tail}; free some "
+               "space or choose another folder and run again")
 
-    On any failure the temporary file is removed and ``path`` is left as it was.
+
+def _fsync(path, folder=False):
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if folder else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _tail(path, n):
+    with open(path, "rb") as f:
+        head = f.read(n)
+        f.seek(max(os.path.getsize(path) - n, 0))
+        return head, f.read(n)
+
+
+def verify_blend(path):
+    """Raise ValueError unless ``path`` is a complete .blend: plain (BLENDER header, ENDB block at the
+    end), zstd (Blender 3.0+: its seek table closes the file) or gzip (read through to its checksum)."""
+    head, tail = _tail(path, 64)
+    if head.startswith(b"BLENDER"):
+        if b"ENDB" not in tail:
+            raise ValueError("the file ends before its last block (ENDB)")
+    elif head.startswith(b"\x28\xb5\x2f\xfd"):
+        if not tail.endswith(b"\xb1\xea\x92\x8f"):
+            raise ValueError("the compressed file ends before its seek table")
+    elif head.startswith(b"\x1f\x8b"):
+        import gzip
+        with gzip.open(path, "rb") as f:
+            if not f.read(7).startswith(b"BLENDER"):
+                raise ValueError("the compressed file is not a .blend")
+            while f.read(CHUNK):
+                pass
+    else:
+        raise ValueError("the file does not start like a .blend")
+
+
+def verify_alembic(path):
+    """Raise ValueError unless ``path`` is a finished Alembic (Ogawa) file: header and its frozen flag."""
+    head, _ = _tail(path, 8)
+    if not head.startswith(b"Ogawa"):
+        raise ValueError("the file does not start like an Alembic (Ogawa) archive")
+    if head[5:6] != b"\xff":
+        raise ValueError("the Alembic archive was not finished")
+
+
+VERIFIERS = {".blend": verify_blend, ".abc": verify_alembic}
+
+
+def _temp_name(path):
+    root, ext = os.path.splitext(path)
+    return f"{root}.partial-{os.getpid()}{ext}"
+
+
+def _copy(src, dst):
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout, CHUNK)
+
+
+_pending = []     # a stack: the (tmp, path) renames waiting for the end of each all_or_nothing()
+
+
+def _finish(tmp, path, what, verify):
+    """Flush ``tmp`` to disk, check it, and rename it onto ``path`` (now, or at the end of all_or_nothing)."""
+    if not os.path.isfile(tmp) or os.path.getsize(tmp) == 0:
+        raise LoopWriteError(f"could not write the {what} {path}: the writer produced no data. Nothing was "
+                             "written there")
+    _fsync(tmp)
+    for check in filter(None, (VERIFIERS.get(os.path.splitext(path)[1].lower()), verify)):
+        try:
+            check(tmp)
+        except (ValueError, OSError) as exc:
+            full = shutil.disk_usage(os.path.dirname(path)).free < CHUNK
+            cause = "the disk is full" if full else f"the written file is incomplete ({exc})"
+            raise LoopWriteError(f"could not write the {what} {path}: {cause}. Nothing was written there; "
+                                 "free some space or choose another folder and run again") from exc
+    if _pending:
+        _pending[-1].append((tmp, path))
+        return
+    os.replace(tmp, path)
+    _fsync(os.path.dirname(path), folder=True)
+
+
+@contextmanager
+def all_or_nothing():
+    """Outputs written inside the block appear together when it ends without error; else none of them."""
+    waiting = []
+    _pending.append(waiting)
+    try:
+        yield
+        for tmp, path in waiting:
+            os.replace(tmp, path)
+        for folder in {os.path.dirname(path) for _, path in waiting}:
+            _fsync(folder, folder=True)
+    finally:
+        _pending.pop()
+        for tmp, _ in waiting:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+
+@contextmanager
+def atomic_path(path, what="output", verify=None):
+    """Yield a temporary path for the writer; afterwards put the finished file at ``path`` (see module).
+
+    ``verify(tmp)`` may raise ValueError / OSError to reject the written file. Any failure removes the
+    temporary file and leaves ``path`` as it was.
     """
     path = check_writable(path, what)
-    root, ext = os.path.splitext(path)
-    tmp = f"{root}.partial-{os.getpid()}{ext}"
+    kept = os.path.exists(path)
+    tmp = _temp_name(path)
+    staged = None
     try:
-        yield tmp
-        os.replace(tmp, path)
+        try:
+            if os.path.splitext(path)[1].lower() in STAGED_EXTENSIONS:
+                staged = os.path.join(temp_folder(), os.path.basename(path))
+                yield staged
+                _copy(staged, tmp)
+            else:
+                yield tmp
+            _finish(tmp, path, what, verify)
+        except OSError as exc:
+            raise write_failure(path, what, exc, kept) from exc
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        waiting = _pending[-1] if _pending else []
+        for leftover in (tmp, staged):
+            if leftover and os.path.exists(leftover) and (leftover, path) not in waiting:
+                os.remove(leftover)
+
+
+# ------------------------------------------------------------------------------------------------ temporary folders
+
+
+def make_temp_folder():
+    """A new temporary folder of this process (``cyclic_loop_<pid>_*``), removed at exit; a leftover of a
+    killed process is removed by ``clean_stale_temp`` on the next start."""
+    folder = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}_")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+_staging = None
+
+
+def temp_folder():
+    """This process's staging folder, checked for STAGING_RESERVE free bytes."""
+    global _staging
+    if _staging is None or not os.path.isdir(_staging):
+        _staging = make_temp_folder()
+    folder = _staging
+    free = shutil.disk_usage(folder).free
+    if free < STAGING_RESERVE:
+        raise LoopWriteError(f"the temporary folder {os.path.dirname(folder)} has only {free / 2 ** 20:.0f} MB "
+                             f"free; the Alembic exporter needs {STAGING_RESERVE / 2 ** 20:.0f} MB there to write "
+                             "safely. Free some space or point TMPDIR at a disk with room")
+    return folder
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_temp(root=None):
+    """Remove temporary folders (``cyclic_loop_<pid>_*``) whose process has ended; returns their paths."""
+    root = root or tempfile.gettempdir()
+    removed = []
+    for name in os.listdir(root):
+        pid = name[len(TEMP_PREFIX):].split("_", 1)[0]
+        path = os.path.join(root, name)
+        if name.startswith(TEMP_PREFIX) and pid.isdigit() and not _alive(int(pid)) and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed

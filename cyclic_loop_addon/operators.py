@@ -7,19 +7,28 @@ child Python process (worker.SolveJob, solve_process) so that the solver's numpy
 hold the GIL the interface needs; without a usable Python it solves in the thread (the message says so).
 From scripts and in background mode (no event loop, timers never fire; nothing to keep responsive)
 ``execute`` runs the same job inline, in this process.
+
+The scene stays usable during a modal solve. The objects being looped are remembered by identity (ID
+pointers in a scene property, which follow renames and undo), and at write-back a deleted object, one in
+Edit Mode or one whose mesh changed is reported and nothing is written. Restore Simulation finds the
+object of the last run the same way.
 """
 import os
 
 import bpy
 
-from . import export, gltf, scene_io, vat, web_preview, writeback
-from .errors import LoopError
+from . import export, files, gltf, guard, scene_io, vat, web_preview, writeback
+from .errors import LoopError, LoopInputError
 from .properties import fill_from_physics
 from .worker import SolveJob, progress_fraction
 
 TIMER_SECONDS = 0.1
 OUTPUT_EXTENSIONS = {"ALEMBIC": ".abc", "PC2": ".pc2", "VAT": "", "GLTF": ".glb", "WEB": ".html"}
+OUTPUT_NAMES = {"ALEMBIC": "the Alembic file", "PC2": "the PC2 file", "VAT": "the VAT folder",
+                "GLTF": "the glTF file", "WEB": "the web page"}
 _job = None     # the running SolveJob: one solve at a time
+TARGETS = "cyclic_loop_targets"     # scene ID property: the objects of the running solve (ID pointers)
+LOOPED = "cyclic_loop_looped"       # scene ID property: the object of the last written loop
 
 
 def loop_settings(obj, settings, context):
@@ -61,6 +70,37 @@ def write_output(context, gathered, q, output, path):
     else:
         export.export_alembic(gathered, q, path, context)
     return os.path.basename(path)
+
+
+def remember(scene, key, objects):
+    """Store ``objects`` in the scene by identity (they stay found when renamed)."""
+    scene[key] = {str(i): ob for i, ob in enumerate(objects)}
+
+
+def remembered(scene, key):
+    """The objects stored by ``remember`` (None for a removed one; the property holds a user of each)."""
+    group = scene.get(key)
+    return [group.get(str(i)) for i in range(len(group))] if group else []
+
+
+def target_objects(scene, gathered):
+    """The objects ``gathered`` was read from as they are now (by identity, whatever their names), with
+    ``gathered.object_names`` updated to their names; LoopInputError when one was deleted, is in Edit Mode
+    or no longer has the mesh it was gathered with."""
+    objects = remembered(scene, TARGETS)
+    if len(objects) != len(gathered.object_names) or any(ob is None or scene.objects.get(ob.name) is not ob
+                                                         for ob in objects):
+        raise LoopInputError("an object of the loop was deleted while the loop was being made: nothing was "
+                             "written; make the loop again")
+    for ob in objects:
+        if ob.mode == "EDIT":
+            raise LoopInputError(f"{ob.name!r} is in Edit Mode: nothing was written (Edit Mode would discard "
+                                 "the loop). Leave Edit Mode (Tab) and make the loop again")
+        if gathered.kind == "mesh" and (ob.type != "MESH" or len(ob.data.vertices) != gathered.n_written):
+            raise LoopInputError(f"the mesh of {ob.name!r} was edited while the loop was being made (it no longer "
+                                 f"has its {gathered.n_written} vertices): nothing was written; make the loop again")
+    gathered.object_names = [ob.name for ob in objects]
+    return objects
 
 
 def _tag_redraw(context, sidebar_only=False):
@@ -125,6 +165,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             _job.cancel()
             _job = None
         context.scene.cyclic_loop_run.running = False
+        context.scene.pop(TARGETS, None)
 
     def _start(self, context, python=None):
         """Gather the scene and create the job (solving in ``python``, see worker.SolveJob); False (with a
@@ -140,14 +181,18 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             fill_from_physics(settings, obj, context.scene)
         options = loop_settings(obj, settings, context)
         try:
+            if settings.output != "SHAPE_KEYS":
+                guard.check_outputs([(OUTPUT_NAMES[settings.output], output_path(settings),
+                                      settings.output == "VAT")])
             gathered = scene_io.gather(options, context)
         except LoopError as exc:
             self.report({"ERROR"}, str(exc))
             run.message = f"Not started: {exc}"
             return False
         _job = SolveJob(gathered, options, settings.method, python=python)
+        remember(context.scene, TARGETS, [bpy.data.objects[name] for name in gathered.object_names])
         self._method, self._init, self._max_iters = settings.method, settings.init, settings.max_iters
-        self._object_name, self._output, self._shown = obj.name, settings.output, None
+        self._output, self._shown = settings.output, None
         self._path = "" if settings.output == "SHAPE_KEYS" else output_path(settings)
         run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, 0.0
         run.redraws, run.message = 0, ""
@@ -173,6 +218,12 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         global _job
         job, _job = _job, None
         run = context.scene.cyclic_loop_run
+        try:
+            return self._write(context, job, run)
+        finally:
+            context.scene.pop(TARGETS, None)
+
+    def _write(self, context, job, run):
         run.running = False
         _tag_redraw(context)
         if job.error is not None:
@@ -184,13 +235,15 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             self.report({"INFO"}, run.message)
             return {"CANCELLED"}
         try:
+            objects = target_objects(context.scene, job.gathered)
             written = write_output(context, job.gathered, job.q, self._output, self._path)
         except LoopError as exc:
             run.message = f"Not written: {exc}"
             self.report({"ERROR"}, run.message)
             return {"CANCELLED"}
+        remember(context.scene, LOOPED, objects[:1])
         rep = job.report
-        run.has_report, run.object_name, run.method = True, self._object_name, self._method
+        run.has_report, run.object_name, run.method = True, objects[0].name, self._method
         run.seam_before, run.seam_after = rep["source"]["position_jump"], rep["loop"]["position_jump"]
         run.residual, run.seconds = rep["loop"]["residual_rel_mean"], rep["seconds"]
         run.init_used, run.fallback_reason = rep["init_used"], rep["fallback_reason"]
@@ -226,16 +279,24 @@ class CYCLICLOOP_OT_restore(bpy.types.Operator):
     bl_label = "Restore Simulation"
     bl_options = {"REGISTER", "UNDO"}
 
+    @staticmethod
+    def _object(context):
+        looped = remembered(context.scene, LOOPED)
+        obj = looped[0] if looped else bpy.data.objects.get(context.scene.cyclic_loop_run.object_name)
+        return obj if obj is not None and context.scene.objects.get(obj.name) is obj else None
+
     @classmethod
     def poll(cls, context):
-        run = context.scene.cyclic_loop_run
-        obj = bpy.data.objects.get(run.object_name)
+        obj = cls._object(context)
         return _job is None and obj is not None and writeback.MARKER in obj
 
     def execute(self, context):
-        run = context.scene.cyclic_loop_run
-        writeback.remove_loop(bpy.data.objects[run.object_name])
-        run.has_report, run.message = False, f"Restored the simulation of {run.object_name}"
+        run, obj = context.scene.cyclic_loop_run, self._object(context)
+        if obj.mode == "EDIT":
+            self.report({"ERROR"}, f"{obj.name} is in Edit Mode: leave Edit Mode (Tab) and restore again")
+            return {"CANCELLED"}
+        writeback.remove_loop(obj)
+        run.has_report, run.object_name, run.message = False, obj.name, f"Restored the simulation of {obj.name}"
         return {"FINISHED"}
 
 
@@ -266,6 +327,7 @@ CLASSES = (CYCLICLOOP_OT_make_loop, CYCLICLOOP_OT_cancel, CYCLICLOOP_OT_restore,
 
 
 def register():
+    files.clean_stale_temp()        # folders left by a Blender that was killed during a solve
     for cls in CLASSES:
         bpy.utils.register_class(cls)
     bpy.app.handlers.load_post.append(_reset_after_load)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import bpy
 import numpy as np
 
-from . import writeback
+from . import limits, writeback
 from .errors import LoopInputError
 from .solver import sc
 
@@ -24,6 +24,7 @@ BLENDER_GRAVITY_SCALE = 0.001  # Blender's cloth and soft body scale scene gravi
 BLENDER_WIND_SCALE = 0.02      # effector_scale of Blender's cloth face wind
 BLENDER_DRAG_SCALE = 0.01      # Blender's soft body media friction per unit velocity and setting
 CONTACT_LOAD = 100.0        # contact pushes out with this many vertex weights at the collider surface
+EXPLODED = 1000.0           # a cache spreading over this many times the rest size has blown up
 
 
 # The residual scheme of each model when the settings say "auto": Blender's cloth integrator takes one
@@ -99,10 +100,16 @@ def gather(settings, context=None):
     """Read the scene into a ``Gathered`` (``.problem`` is the LoopProblem); raise LoopInputError on bad input."""
     context = context or bpy.context
     scene = context.scene
-    objects = _chosen_objects(settings, context)
-    frames = _frame_range(settings, scene)
     if settings.model not in MODELS:
         raise LoopInputError(f"unknown model {settings.model!r}; choose one of {', '.join(MODELS)}")
+    limits.check_numbers(int(settings.iterations), int(settings.substeps), float(settings.soft),
+                         float(settings.tolerance))
+    objects = _chosen_objects(settings, context)
+    editing = [ob.name for ob in objects if ob.mode == "EDIT"]
+    if editing:
+        raise LoopInputError(f"{', '.join(map(repr, editing))} is in Edit Mode: leave Edit Mode (Tab) and make "
+                             "the loop again")
+    frames = _frame_range(settings, scene, objects)
     current = scene.frame_current
     try:
         with writeback.showing_source(objects):
@@ -128,13 +135,23 @@ def _chosen_objects(settings, context):
     return objects
 
 
-def _frame_range(settings, scene):
+def _frame_range(settings, scene, objects):
+    """The loop's scene frames, after checking the range against the cache and the memory it needs."""
     start = scene.frame_start if settings.frame_start is None else int(settings.frame_start)
     end = scene.frame_end if settings.frame_end is None else int(settings.frame_end)
-    frames = np.arange(start, end + 1, max(scene.frame_step, 1))
-    if len(frames) < 4:
-        raise LoopInputError(f"frames {start}..{end} give {len(frames)} loop frames; a loop needs at least 4")
-    return frames
+    step = max(scene.frame_step, 1)
+    count = limits.check_frames(start, end, step)
+    mod = _physics_modifier(objects[0]) if len(objects) == 1 and settings.model != "nbody" else None
+    n, substeps, model = len(objects), int(settings.substeps) or 1, "nbody"
+    if mod is not None and objects[0].type == "MESH":
+        _check_cache_range(objects[0], mod, start, end)
+        n = len(objects[0].data.vertices) * (1 if mod.type == "CLOTH" else 2)   # a soft body's interior
+        model = settings.model if settings.model != "auto" else "blender_cloth" if mod.type == "CLOTH" else "soft_body"
+        if mod.type == "CLOTH":
+            substeps = int(settings.substeps) or step * max(int(mod.settings.quality), 1)
+    scheme = SCHEME_OF_MODEL.get(model, "backward") if settings.scheme == "auto" else settings.scheme
+    limits.check_memory(count, substeps, n, scheme, velocity_terms=model == "blender_cloth")
+    return np.arange(start, end + 1, step)
 
 
 def _physics_modifier(obj):
@@ -290,12 +307,16 @@ def _collider_frame(ob, depsgraph):
 # ------------------------------------------------------------------------------------------------ meshes
 
 
-def _check_cache(obj, mod, frames, bake_missing, context):
+def _check_cache_range(obj, mod, lo, hi):
     cache = mod.point_cache
-    lo, hi = int(frames[0]), int(frames[-1])
     if lo < cache.frame_start or hi > cache.frame_end:
         raise LoopInputError(f"frames {lo}..{hi} are outside the {mod.name} cache of {obj.name!r} "
                              f"({cache.frame_start}..{cache.frame_end}); pick a range inside it")
+
+
+def _check_cache(obj, mod, frames, bake_missing, context):
+    cache = mod.point_cache
+    _check_cache_range(obj, mod, int(frames[0]), int(frames[-1]))
     if not cache.is_baked:
         if not bake_missing:
             raise LoopInputError(f"the {mod.name} cache of {obj.name!r} is not baked; bake it "
@@ -364,14 +385,15 @@ def _gather_mesh(obj, frames, settings, context):
     def read(depsgraph, frame):
         x, matrix = _evaluated_positions(obj, depsgraph)
         if len(x) != n:
-            raise LoopInputError(f"{obj.name!r} has {len(x)} vertices at frame {frame} but its mesh has {n}: "
-                                 "the topology changes over the range (a modifier after the physics "
-                                 "modifier adds or removes vertices?)")
+            raise LoopInputError(_topology_message(obj, mod, len(x), n, frame))
         return (x, matrix, [_collider_frame(ob, depsgraph) for ob in colliders],
                 [_wind_vector(ob, depsgraph, weights) for ob in winds])
 
+    if cloth:
+        _check_cloth_mesh(obj, rest_local, faces, edges)
     per_frame = _frames_of(frames, context, read)
     source = np.array([p[0] for p in per_frame])
+    _check_source(obj, mod, source, rest_local, frames)
     matrices = np.array([p[1] for p in per_frame])
     collider_frames = [[p[2][i] for p in per_frame] for i in range(len(colliders))]
     for ob, frames_of_ob in zip(colliders, collider_frames):
@@ -392,6 +414,64 @@ def _gather_mesh(obj, frames, settings, context):
     return Gathered(problem=problem, kind="mesh", model_name=model, object_names=[obj.name], frames=frames,
                     frame_step=step, source=source, n_written=n,
                     to_local=np.linalg.inv(matrices)[None], edges=edges, physics_modifier=mod.name, notes=notes)
+
+
+def _topology_message(obj, mod, count, n, frame):
+    """Why the evaluated mesh of ``obj`` has ``count`` vertices instead of its mesh's ``n``."""
+    enabled = [m for m in obj.modifiers if m.show_viewport]
+    at = enabled.index(mod) if mod in enabled else len(enabled)
+    before, after = [m.name for m in enabled[:at]], [m.name for m in enabled[at + 1:]]
+    head = f"{obj.name!r} has {count} vertices at frame {frame} but its mesh has {n}"
+    if before:
+        return (f"{head}: the modifier(s) {', '.join(before)} before the {mod.name} modifier change the mesh "
+                f"it simulates; apply them (Object > Apply) and bake again, so the cloth is the mesh itself")
+    if after:
+        return (f"{head}: the topology changes because the modifier(s) {', '.join(after)} after the {mod.name} "
+                "modifier add or remove vertices; disable them in the viewport while making the loop")
+    return f"{head}: the mesh changes over the frame range; loop a range where it keeps its vertices"
+
+
+def _check_cloth_mesh(obj, rest, faces, edges):
+    """Refuse meshes the cloth models cannot take: no faces, loose vertices or edges, degenerate faces."""
+    if not faces:
+        kind = "an edges-only mesh such as a rope" if len(edges) else "only loose vertices"
+        raise LoopInputError(f"{obj.name!r} has no faces ({kind}): Cyclic Loop models cloth as a surface and "
+                             "does not support ropes or point clouds; give it faces (e.g. extrude the rope "
+                             "into a thin strip) and bake again")
+    on_face = np.zeros(len(rest), bool)
+    on_face[np.concatenate(faces)] = True
+    if not on_face.all():
+        loose = np.flatnonzero(~on_face)
+        raise LoopInputError(f"{obj.name!r} has {len(loose)} vertices on no face (loose vertices or edges, e.g. "
+                             f"vertex {loose[0]}): Cyclic Loop models cloth as a surface; delete them (Select > "
+                             "Select All by Trait > Loose Geometry, then Delete) and bake again")
+    size = np.ptp(rest, axis=0).max() or 1.0
+    lengths = np.linalg.norm(rest[edges[:, 0]] - rest[edges[:, 1]], axis=1)
+    short = np.flatnonzero(lengths <= 1e-9 * size)
+    if short.size:
+        raise LoopInputError(f"{obj.name!r} has {short.size} edges of zero length (e.g. between vertices "
+                             f"{edges[short[0], 0]} and {edges[short[0], 1]}), so some faces have no area: "
+                             "merge them (Mesh > Clean Up > Merge by Distance) and bake again")
+
+
+def _check_source(obj, mod, source, rest, frames):
+    """Refuse a mesh or cache with invalid positions, or a cache that has blown up."""
+    broken = np.flatnonzero(~np.isfinite(rest).all(axis=1))
+    if broken.size:
+        raise LoopInputError(f"the mesh of {obj.name!r} has {broken.size} vertices with invalid (NaN or infinite) "
+                             f"coordinates (e.g. vertex {broken[0]}): fix or delete them and bake again")
+    bad = ~np.isfinite(source).all(axis=(1, 2))
+    if bad.any():
+        frame = int(frames[np.argmax(bad)])
+        raise LoopInputError(f"the {mod.name} cache of {obj.name!r} has invalid (NaN or infinite) positions at "
+                             f"frame {frame}: the simulation blew up there. Bake it again (more quality steps) "
+                             "or loop frames before it")
+    rest_size = np.ptp(rest, axis=0).max() or 1.0
+    extent = np.ptp(source.reshape(-1, 3), axis=0).max()
+    if extent > EXPLODED * rest_size:
+        raise LoopInputError(f"the {mod.name} cache of {obj.name!r} spreads over {extent:.3g} m, "
+                             f"{extent / rest_size:.0f} times the size of the mesh: the simulation exploded. "
+                             "Bake it again (more quality steps, smaller time step) before looping it")
 
 
 def _cloth(model, s, rest, faces, tris, scene, weights, colliders, collider_frames, distance, wind, step):

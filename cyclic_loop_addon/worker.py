@@ -9,11 +9,10 @@ the thread itself, and the report's notes say so.
 import queue
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 
-from . import solve, solve_process
+from . import files, solve, solve_process
 from .errors import LoopSolveError
 from .solver import sc
 
@@ -162,7 +161,7 @@ class SolveJob:
     def _solve_in_process(self, python):
         """(q, report) from a child process; (None, None) when cancelled. Errors the child reports are
         raised again as the same exceptions (class and message); a child that dies says so."""
-        folder = self.folder = tempfile.mkdtemp(prefix="cyclic_loop_")
+        folder = self.folder = files.make_temp_folder()
         try:
             try:
                 solve_process.write_job(folder, self.gathered, self.settings)

@@ -231,7 +231,10 @@ def main(argv):
     unknown = set(args.names) - set(SAMPLES)
     if unknown:
         parser.error(f"unknown sample {', '.join(sorted(unknown))}; choose from {', '.join(SAMPLES)}")
-    build(args.names or list(SAMPLES), args.out)
+    out = os.path.abspath(args.out)     # Blender resolves a relative path against its own folder, not ours
+    if not os.path.isdir(out):
+        parser.error(f"--out {args.out}: folder {out} does not exist; create it first")
+    build(args.names or list(SAMPLES), out)
 
 
 if __name__ == "__main__":

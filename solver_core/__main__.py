@@ -1,6 +1,7 @@
 """Command line: ``python -m solver_core loop PROBLEM.npz -o RESULT.npz``, ``demo nbody``, ``bench nbody``, ``bench speed``."""
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -13,7 +14,24 @@ def _progress(info):
     print(f"[{info['phase']}] iteration {info['iteration']:4d}  loss {info['loss']:.6e}", flush=True)
 
 
+def _check_output(problem, output):
+    """Refuse an output that is the problem file or cannot be written, before any work."""
+    if not os.path.isfile(problem):
+        raise ValueError(f"no such problem file: {problem}")
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise ValueError(f"cannot write -o {output}: folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"cannot write -o {output}: no write permission in {folder}")
+    if os.path.isdir(output):
+        raise ValueError(f"-o {output} is a folder; give a file name such as {os.path.join(output, 'result.npz')}")
+    same = os.path.exists(output) and os.path.samefile(problem, output)
+    if same or os.path.realpath(problem) == os.path.realpath(output):
+        raise ValueError(f"-o {output} is the problem file itself; give the result its own file name")
+
+
 def cmd_loop(args):
+    _check_output(args.problem, args.output)
     prob = load_problem(args.problem)
     init = args.init
     res = make_loop(prob, init=init, max_iters=args.max_iters, tol=args.tol, backend=args.backend,
@@ -93,6 +111,12 @@ def main(argv=None):
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: nothing was written", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("error: out of memory: the problem is too large for this machine", file=sys.stderr)
+        return 3
     print(f"done in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
     return 0
 

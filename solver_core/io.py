@@ -6,7 +6,7 @@ into a JSON string.
 """
 import json
 import os
-import tempfile
+import zipfile
 
 import numpy as np
 
@@ -62,12 +62,13 @@ def _decode(value, arrays, classes):
 
 
 def _write_npz(path, arrays):
-    """Write atomically: a temporary file in the same folder, then rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=".npz", dir=folder)
+    """Write atomically: a temporary file in the same folder (mode from the umask), flushed, then renamed."""
+    tmp = f"{os.path.abspath(path)}.partial-{os.getpid()}.npz"
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             np.savez_compressed(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -76,11 +77,24 @@ def _write_npz(path, arrays):
 
 
 def _read_npz(path, kind):
-    with np.load(path, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    meta = json.loads(str(arrays.pop("meta")))
-    if meta.get("kind") != kind:
-        raise ValueError(f"{path} holds a {meta.get('kind')!r}, not a {kind!r}")
+    """(meta, arrays) of a file saved by ``save_problem`` / ``save_result``; ValueError saying what is wrong."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise ValueError("a single array")
+            arrays = {k: data[k] for k in data.files}
+        meta = json.loads(str(arrays.pop("meta")))
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise ValueError(f"{path} is not a complete .npz file (truncated or damaged: {exc}); save the {kind} "
+                         "again") from exc
+    except (ValueError, KeyError) as exc:
+        raise ValueError(f"{path} is not a {kind} file saved by solver_core (it is another kind of file or has "
+                         f"no metadata); give a .npz written by save_{kind} or bake.py") from exc
+    if not isinstance(meta, dict) or meta.get("kind") != kind:
+        found = meta.get("kind") if isinstance(meta, dict) else None
+        raise ValueError(f"{path} holds a {found!r}, not a {kind!r}")
     if meta.get("format_version", 0) > FORMAT_VERSION:
         raise ValueError(f"{path} has format version {meta['format_version']}; this solver reads up to {FORMAT_VERSION}")
     return meta, arrays
@@ -100,10 +114,13 @@ def save_problem(path, prob):
 def load_problem(path):
     """Load a LoopProblem saved by ``save_problem``."""
     meta, arrays = _read_npz(path, "problem")
-    model = _decode(meta["model"], arrays, _term_classes())
-    return LoopProblem(model, meta["n_frames"], meta["dt"], arrays["r0"], arrays["r1"], scheme=meta["scheme"],
-                       eps0=meta["eps0"], eps1=meta["eps1"], pins=arrays["pins"],
-                       pin_positions=arrays["pin_positions"], substeps=meta["substeps"])
+    try:
+        model = _decode(meta["model"], arrays, _term_classes())
+        return LoopProblem(model, meta["n_frames"], meta["dt"], arrays["r0"], arrays["r1"], scheme=meta["scheme"],
+                           eps0=meta["eps0"], eps1=meta["eps1"], pins=arrays["pins"],
+                           pin_positions=arrays["pin_positions"], substeps=meta["substeps"])
+    except KeyError as exc:
+        raise ValueError(f"{path} lacks the problem's {exc} entry; save the problem again") from exc
 
 
 _RESULT_ARRAYS = ("q", "q_steps", "initial_guess")

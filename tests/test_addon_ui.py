@@ -254,3 +254,18 @@ def test_panel_writes_the_engine_and_web_outputs(installed, tmp_path, output, na
         assert os.path.isfile(shipped)
         page = (tmp_path / name).read_text()
         assert '<script type="importmap">{"imports": {"three-core": "data:text/javascript;base64,' in page
+
+
+def test_make_loop_refuses_an_output_file_that_is_the_open_blend(installed, tmp_path):
+    """Make Loop's PC2 / Alembic file goes through the same guard as bake.py: a link to the open .blend
+    is refused before anything is gathered, and the file stays as it was."""
+    obj, settings = open_sample("flag")
+    link = tmp_path / "loop.pc2"
+    os.symlink(bpy.data.filepath, link)
+    before = open(bpy.data.filepath, "rb").read()
+    settings.output, settings.filepath = "PC2", str(link)
+    with pytest.raises(RuntimeError, match=r"is the input file \(the open .blend\)"):   # its ERROR report
+        bpy.ops.cyclic_loop.make_loop()
+    assert "is the input file (the open .blend)" in bpy.context.scene.cyclic_loop_run.message
+    assert open(bpy.data.filepath, "rb").read() == before and loop_keys(obj) == []
+    assert os.listdir(tmp_path) == ["loop.pc2"]

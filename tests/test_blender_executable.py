@@ -20,18 +20,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.skipif(not bpy.app.binary_path, reason="runs inside a Blender executable (pytest-blender)")
 
 
-def blender_run(*args, timeout=600):
+def blender_run(*args, timeout=600, cwd=None):
     """Run this Blender in the background; an uncaught Python error exits with status 1."""
     return subprocess.run([bpy.app.binary_path, "-b", "--factory-startup", "--python-exit-code", "1", *args],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
 def flag_blend(tmp_path_factory):
-    """The flag sample built by this Blender (the committed samples are saved by Blender 4.5)."""
+    """The flag sample built by this Blender (the committed samples are saved by Blender 4.5), with a
+    relative --out (Blender resolves it against its own folder unless build_samples makes it absolute)."""
     out = tmp_path_factory.mktemp("samples")
     proc = blender_run("--python", os.path.join(ROOT, "sample_scenes", "build_samples.py"), "--",
-                       "--out", str(out), "flag")
+                       "--out", ".", "flag", cwd=str(out))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return str(out / "flag.blend")
 
@@ -166,3 +167,64 @@ def test_engine_and_web_outputs(legacy_addon, flag_blend, tmp_path):
     sampler = doc["animations"][0]["samplers"][0]
     assert doc["accessors"][sampler["input"]]["count"] == n_frames and sampler["interpolation"] == "LINEAR"
     assert "three-core" in (tmp_path / "flag_loop.html").read_text()[:2000]
+
+
+# ------------------------------------------------------------------------------------------------ exit statuses
+
+BAKE = os.path.join(ROOT, "cyclic_loop_addon", "bake.py")
+QUICK = ["--object", "Flag", "--frames", "49", "60", "--init", "cache", "--iterations", "1", "--substeps", "1"]
+
+
+def _nan_vertex_copy(flag_blend, folder):
+    bpy.ops.wm.open_mainfile(filepath=flag_blend)
+    bpy.data.objects["Flag"].data.vertices[3].co = (float("nan"), 0.0, 0.0)
+    path = str(folder / "nan.blend")
+    bpy.ops.wm.save_as_mainfile(filepath=path, copy=True)
+    return path
+
+
+def test_headless_bake_exit_status_holds_under_blender(flag_blend, tmp_path):
+    """Blender's executable exits 2 with one line (no traceback) for an error that used to escape as a
+    traceback with status 0 (a NaN vertex), and leaves no file behind."""
+    src = _nan_vertex_copy(flag_blend, tmp_path)
+    before = open(src, "rb").read()
+    proc = blender_run(src, "--python", BAKE, "--", *QUICK, "--output", str(tmp_path / "o.blend"))
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "vertices with invalid (NaN or infinite) coordinates" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert open(src, "rb").read() == before and sorted(os.listdir(tmp_path)) == ["nan.blend"]
+
+
+@pytest.mark.parametrize("content", ["text", "truncated"])
+def test_a_file_blender_cannot_open_is_refused(flag_blend, tmp_path, content):
+    """Given after ``--``, bake.py opens the .blend itself, so an unreadable one exits 2 with a message."""
+    path = tmp_path / "scene.blend"
+    data = open(flag_blend, "rb").read()
+    path.write_bytes(b"not a scene\n" if content == "text" else data[:len(data) // 2])
+    before = path.read_bytes()
+    proc = blender_run("--python", BAKE, "--", str(path), *QUICK, "--output", str(tmp_path / "o.blend"))
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"cannot open {path}: it is not a complete .blend file" in proc.stderr and "Traceback" not in proc.stderr
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["scene.blend"]
+
+
+@pytest.mark.parametrize("option, message", [("--abc", "no Alembic exporter"), ("--preview", "needs matplotlib")])
+def test_outputs_this_blender_cannot_write_are_refused_up_front(flag_blend, tmp_path, option, message):
+    """Debian's Blender 3.4 has no Alembic exporter and no matplotlib: said before any work, status 2."""
+    proc = blender_run(flag_blend, "--python", BAKE, "--", *QUICK, option, str(tmp_path / "x.out"))
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+    assert "gathering" not in proc.stdout and os.listdir(tmp_path) == []
+
+
+def test_ctrl_c_stops_a_headless_bake_with_130(flag_blend, tmp_path):
+    argv = [*QUICK[:7], "--substeps", "1", "--iterations", "500", "--output", str(tmp_path / "o.blend")]
+    proc = subprocess.Popen([bpy.app.binary_path, "-b", "--factory-startup", flag_blend, "--python", BAKE, "--",
+                             *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:        # interrupt once the solve runs
+        if "iteration 1:" in line:
+            proc.send_signal(subprocess.signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert err.strip().splitlines()[-1] == "[cyclic-loop] interrupted: nothing was written"
+    assert "Traceback" not in err and os.listdir(tmp_path) == []

@@ -310,6 +310,7 @@ def test_headless_bake_end_to_end(tmp_path):
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=str(tmp_path))
     assert run.returncode == 0, run.stderr[-2000:]
     assert "gauss_newton iteration 1" in run.stdout and "source cache" in run.stdout and "init: cache" in run.stdout
+    assert "GB" in run.stdout.split("memory estimate")[1].splitlines()[0]   # printed before the solve
     assert all(os.path.getsize(p) > 0 for p in out.values())
     assert sha256(src) == before
     rep = json.load(open(out["json"]))

@@ -1,0 +1,69 @@
+"""The one guard for every path the bake and the operators write: checked before any work starts.
+
+An output may not be, or alias (symlink, ``..``, hard link), the open .blend, a file the scene reads its
+simulation from (point caches on disk, Mesh Cache / Alembic cache files, linked libraries) or another
+output. The only exception: with ``overwrite`` the outputs named in ``may_replace_input`` (bake.py's
+``--output``, a .blend) may replace the open .blend.
+"""
+import os
+
+import bpy
+
+from . import writeback
+from .errors import LoopInputError
+from .files import check_writable, same_path
+
+
+def _point_cache_folder(cache):
+    if cache.use_external:
+        return bpy.path.abspath(cache.filepath)
+    if not cache.use_disk_cache or not bpy.data.filepath:
+        return ""
+    stem = os.path.splitext(os.path.basename(bpy.data.filepath))[0]
+    return os.path.join(os.path.dirname(bpy.data.filepath), f"blendcache_{stem}")
+
+
+def source_files():
+    """(what, path) of every file the open scene reads its simulation from."""
+    found = []
+    for ob in bpy.data.objects:
+        for mod in ob.modifiers:
+            cache = getattr(mod, "point_cache", None)
+            folder = _point_cache_folder(cache) if cache is not None else ""
+            if folder and os.path.isdir(folder):
+                found += [(f"a {mod.name} cache file of {ob.name!r}", os.path.join(folder, name))
+                          for name in os.listdir(folder)]
+                found.append((f"the {mod.name} cache folder of {ob.name!r}", folder))
+            if mod.type == "MESH_CACHE" and mod.name != writeback.CACHE_MODIFIER and mod.filepath:
+                found.append((f"the mesh cache of {ob.name!r}", bpy.path.abspath(mod.filepath)))
+    found += [("a cache file the scene reads", bpy.path.abspath(c.filepath)) for c in bpy.data.cache_files]
+    found += [("a library the scene links", bpy.path.abspath(lib.filepath)) for lib in bpy.data.libraries]
+    return found
+
+
+def check_outputs(outputs, overwrite=False, may_replace_input=()):
+    """Refuse outputs that would destroy an input or each other; returns their absolute paths.
+
+    ``outputs``: (label, path, is_folder) per output to write (label as the user knows it, e.g.
+    "--abc"). Also checks each can be written (its folder exists and is writable).
+    """
+    opened = bpy.data.filepath
+    protected = ([("the input file (the open .blend)", opened)] if opened else []) + source_files()
+    checked = []
+    for label, path, is_folder in outputs:
+        path = check_writable(path, label, folder_output=is_folder)
+        for what, other in protected:
+            if not same_path(path, other):
+                continue
+            replaceable = other == opened and label in may_replace_input
+            if replaceable and overwrite:
+                continue
+            hint = " (or pass --overwrite to replace it with the looped scene)" if replaceable else ""
+            raise LoopInputError(f"{label} {path} is {what}: writing it would destroy your input. Choose "
+                                 f"another path{hint}")
+        for other_label, other in checked:
+            if same_path(path, other):
+                raise LoopInputError(f"{label} and {other_label} name the same file ({path}): one would "
+                                     "overwrite the other. Give each output its own path")
+        checked.append((label, path))
+    return [path for _, path in checked]
