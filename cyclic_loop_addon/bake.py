@@ -28,7 +28,6 @@ import json
 import signal
 import time
 import traceback
-from dataclasses import dataclass
 
 import bpy
 
@@ -36,30 +35,7 @@ from . import (export, files, gltf, guard, limits, preview, scene_io, solve, tas
                writeback)
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
 from .files import atomic_path
-
-
-@dataclass(frozen=True)
-class Output:
-    """One output option: ``--name PATH``; ``product``: a result of the loop (not only its report);
-    ``folder``: the path is a folder the output writes into."""
-    name: str
-    metavar: str
-    help: str
-    product: bool = True
-    folder: bool = False
-
-
-# Every path the bake writes, guarded as one (add a new output here and write it in ``run``).
-OUTPUTS = (
-    Output("output", "OUT.blend", "save the scene with the loop written back"),
-    Output("abc", "OUT.abc", "Alembic of one period"),
-    Output("pc2", "OUT.pc2", "PC2 of one period (played by a Mesh Cache modifier in --output)"),
-    Output("preview", "OUT.png", "strip of frames around the wrap, cache above, loop below"),
-    Output("vat", "DIR", "vertex animation textures (PNG and EXR), JSON and mesh into DIR", folder=True),
-    Output("glb", "OUT.glb", "glTF binary of one period as morph-target animation"),
-    Output("html", "OUT.html", "self-contained web page playing the loop beside the cache"),
-    Output("json", "OUT.json", "the report as JSON", product=False),
-)
+from .outputs import OUTPUTS
 
 
 def _parser():

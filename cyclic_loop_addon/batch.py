@@ -4,7 +4,7 @@
     [batch]
     name = "flags"
     output_dir = "loops"              # relative to the batch file
-    outputs = ["blend", "pc2"]        # any of blend, abc, pc2, preview; the JSON report is always written
+    outputs = ["blend", "pc2"]        # any of blend, abc, pc2, preview, vat, glb, html; the JSON report is always written
     blender = "blender"               # the Blender executable of local runs and of the job files
     bake = true                       # bake a physics cache missing at the shared path on the worker
 
@@ -22,8 +22,10 @@ import os
 import re
 from dataclasses import dataclass, field
 
-OUTPUT_EXTENSIONS = {"blend": ".blend", "abc": ".abc", "pc2": ".pc2", "preview": ".png"}
-OUTPUT_OPTIONS = {"blend": "--output", "abc": "--abc", "pc2": "--pc2", "preview": "--preview"}
+from .outputs import PRODUCTS
+
+OUTPUT_EXTENSIONS = {out.kind: out.extension for out in PRODUCTS}
+OUTPUT_OPTIONS = {out.kind: "--" + out.name for out in PRODUCTS}
 VARIANT_TYPES = {"model": str, "init": str, "scheme": str, "substeps": int, "iterations": int, "tol": float,
                  "soft": float, "pin_group": str, "colliders": str, "gravitational_constant": float}
 DEFAULT_VARIANT = "default"

@@ -6,13 +6,12 @@ import threading
 from contextlib import contextmanager
 
 from .errors import LoopInputError
-
-OUTPUT_OPTIONS = ("output", "abc", "pc2", "preview")
+from .outputs import PRODUCTS
 
 
 def outputs(args):
     """The output paths a bake.py ``args`` names (absolute), the JSON report excluded."""
-    return [os.path.abspath(p) for p in (getattr(args, name) for name in OUTPUT_OPTIONS) if p]
+    return [os.path.abspath(p) for p in (getattr(args, out.name) for out in PRODUCTS) if p]
 
 
 def finished(output_paths, report):
@@ -20,7 +19,7 @@ def finished(output_paths, report):
     if not report or not os.path.isfile(report):
         return False
     written = os.stat(report).st_mtime_ns
-    return all(os.path.isfile(p) and os.stat(p).st_mtime_ns <= written for p in output_paths)
+    return all(os.path.exists(p) and os.stat(p).st_mtime_ns <= written for p in output_paths)
 
 
 def check_skip_existing(args):

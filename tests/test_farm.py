@@ -212,3 +212,23 @@ def test_step_memory_follows_the_variant_model_and_substeps():
     big = dict(flag, vertices=2000)
     shell = openjd.memory_mib(big, (1, 300), {"model": "shell", "substeps": 1})
     assert shell == 5120 and openjd.memory_mib(big, (1, 300), {"substeps": 1}) > 2 * shell
+
+
+def test_every_bake_output_counts_for_a_finished_task_and_can_be_batched(batch_path, tmp_path):
+    import argparse
+    from cyclic_loop_addon.outputs import PRODUCTS
+    vat = tmp_path / "loop_vat"
+    args = argparse.Namespace(**{out.name: None for out in PRODUCTS}, json=str(tmp_path / "r.json"), skip_existing=True)
+    args.vat, args.glb = str(vat), str(tmp_path / "loop.glb")
+    assert task_files.outputs(args) == [str(vat), str(tmp_path / "loop.glb")]
+    (tmp_path / "r.json").write_text("{}")
+    assert not task_files.check_skip_existing(args)      # the VAT folder and the GLB were never written
+    vat.mkdir()
+    (tmp_path / "loop.glb").write_bytes(b"glTF")
+    for path in (vat, tmp_path / "loop.glb"):
+        os.utime(path, ns=(1, 1))
+    assert task_files.check_skip_existing(args)
+    batch_path.write_text(BATCH.replace('outputs = ["abc", "preview"]', 'outputs = ["vat", "glb", "html"]'))
+    flag = batch_file.load(batch_path).tasks()[0]
+    out = tmp_path / "out" / "props-Flag-draft"
+    assert flag.bake_args()[5:11] == ["--vat", str(out), "--glb", f"{out}.glb", "--html", f"{out}.html"]
