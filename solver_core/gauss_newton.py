@@ -14,13 +14,18 @@ _MAX_DAMPING_RAISES = 4  # Marquardt damping raises per iteration before the lin
 # 4 steps, cloth from the forward simulation): 10k unknowns 3.3 s CHOLMOD vs 4.8 s structured, 18k 10.0
 # vs 2.5 s, 23k 17.1 vs 9.7 s, 51k (the flag) 173 vs 15 s (measured before the sweep was stabilized).
 AUTO_STRUCTURED_MIN_UNKNOWNS = 15_000
+# ... and from this many for problems with velocity terms (Blender cloth): on the README's flag (17,766
+# unknowns, crossfade start) CHOLMOD reached loss 2.9e4 in 3 steps, the structured solve stalled at 6.3e4
+# after 12 (its 60-iteration PCG cap was reached at every step); at 108k unknowns CHOLMOD needs ~10 GB.
+AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY = 50_000
 _FAILED_STEP = 1e-3  # line-search step below which an inexact direction counts as failed
 
 
 def choose_backend(prob, name="auto"):
     """The backend "auto" means for ``prob``: "structured" where it applies and the problem is large,
     else the direct solve ("auto" of ``make_backend``). Other names pass through."""
-    if name == "auto" and supports(prob) is None and int(prob.free_mask().sum()) >= AUTO_STRUCTURED_MIN_UNKNOWNS:
+    least = AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY if prob.model.velocity_terms else AUTO_STRUCTURED_MIN_UNKNOWNS
+    if name == "auto" and supports(prob) is None and int(prob.free_mask().sum()) >= least:
         return "structured"
     return name
 

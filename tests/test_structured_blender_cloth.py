@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from solver_core.gauss_newton import GaussNewton, choose_backend
+from solver_core.gauss_newton import (AUTO_STRUCTURED_MIN_UNKNOWNS, AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY,
+                                      GaussNewton, choose_backend)
 from solver_core.residual import ResidualJacobian, residual_steps
 from solver_core.structured_solve import LoopOperator, StructuredBackend, supports
 
@@ -86,13 +87,16 @@ def test_inexact_direction_within_its_tolerance_on_the_cholmod_system():
     assert g @ d < 0
 
 
-def test_auto_picks_structured_for_blender_cloth():
-    prob, _ = blender_cloth()
-    assert choose_backend(prob) == "auto"      # small: CHOLMOD
+def test_auto_picks_structured_for_large_blender_cloth():
     rest, faces = quad_grid(10, 10, 0.1)
     model, dt, substeps = sc.blender_cloth_problem_parts(rest, faces, sc.CLOTH_SETTINGS_DEFAULTS, fps=24)
-    large = sc.LoopProblem(model, 16, dt, rest, rest, scheme="linearized", pins=np.array([0, 10]), substeps=substeps)
-    assert choose_backend(large) == "structured"
+    sizes = {}
+    for n_frames in (16, 40):
+        prob = sc.LoopProblem(model, n_frames, dt, rest, rest, scheme="linearized", pins=np.array([0, 10]),
+                              substeps=substeps)
+        sizes[n_frames] = (int(prob.free_mask().sum()), choose_backend(prob))
+    assert sizes[16][0] >= AUTO_STRUCTURED_MIN_UNKNOWNS and sizes[16][1] == "auto"   # CHOLMOD
+    assert sizes[40][0] >= AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY and sizes[40][1] == "structured"
 
 
 def test_reaches_the_cholmod_loss():
