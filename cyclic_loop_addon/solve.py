@@ -58,7 +58,8 @@ def report(gathered, result):
         fast_projection_iterations=result.fast_projection_iterations,
         gauss_newton_iterations=result.gauss_newton_iterations,
         seconds=result.seconds, init_used=result.init_used, fallback_reason=result.fallback_reason,
-        stop_reason=result.stop_reason, model=gathered.model_name, objects=list(gathered.object_names),
+        stop_reason=result.stop_reason, status=result.status, success=result.success, message=result.message,
+        model=gathered.model_name, objects=list(gathered.object_names),
         frames=[gathered.frame_start, int(gathered.frames[-1])], n_frames=gathered.n_frames,
         substeps=prob.substeps, n_vertices=prob.n_vertices, notes=list(gathered.notes),
     )
@@ -68,7 +69,8 @@ def format_report(rep):
     """The report as text lines for a console or a panel."""
     rows = (("position jump", "position_jump"), ("velocity jump", "velocity_jump"),
             ("residual (mean)", "residual_rel_mean"), ("residual (max)", "residual_rel_max"))
-    lines = [f"{'':16}{'source cache':>16}{'loop':>16}"]
+    lines = [rep["message"]] if rep.get("message") else []
+    lines.append(f"{'':16}{'source cache':>16}{'loop':>16}")
     lines += [f"{label:16}{rep['source'][key]:16.4g}{rep['loop'][key]:16.4g}" for label, key in rows]
     init = rep["init_used"] + (f" (fell back: {rep['fallback_reason']})" if rep["fallback_reason"] else "")
     lines.append(f"iterations: fast projection {rep['fast_projection_iterations']}, Gauss-Newton "

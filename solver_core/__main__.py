@@ -19,7 +19,8 @@ def cmd_loop(args):
     res = make_loop(prob, init=init, max_iters=args.max_iters, tol=args.tol, backend=args.backend,
                     callback=None if args.quiet else _progress)
     save_result(args.output, res)
-    report = dict(init_used=res.init_used, fallback_reason=res.fallback_reason, stop_reason=res.stop_reason,
+    report = dict(status=res.status, success=res.success, message=res.message,
+                  init_used=res.init_used, fallback_reason=res.fallback_reason, stop_reason=res.stop_reason,
                   fast_projection_iterations=res.fast_projection_iterations,
                   gauss_newton_iterations=res.gauss_newton_iterations, seconds=round(res.seconds, 3),
                   initial_loss=res.initial_loss, final_loss=res.final_loss,
@@ -75,13 +76,13 @@ def main(argv=None):
     p.add_argument("--big-only", action="store_true", help="speed: only the 2000-vertex x 1000-frame case")
     p.add_argument("--scenes", nargs="*", help="table1: scenes to run (default all)")
     p.add_argument("--scale", type=float, default=1.0, help="table1: mesh and frame scale (1 = paper size)")
-    p.add_argument("--max-iters", type=int, default=300)
+    p.add_argument("--max-iters", type=int, default=1000)
     p.add_argument("--backend", default="auto")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("figures", help="save the paper's Fig. 9 and Fig. 11d for our implementation")
     p.add_argument("--out", default="out")
     p.add_argument("--scale", type=float, default=1.0)
-    p.add_argument("--max-iters", type=int, default=300)
+    p.add_argument("--max-iters", type=int, default=1000)
     p.add_argument("--backend", default="auto")
     p.set_defaults(func=cmd_figures)
     args = parser.parse_args(argv)

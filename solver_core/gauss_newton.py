@@ -6,10 +6,18 @@ import numpy as np
 import scipy.sparse as sp
 
 from .linsolve import NotPositiveDefinite, make_backend
-from .residual import ResidualJacobian, loss, penalty_terms, residual_steps
+from .residual import ResidualJacobian, inertia_metric, loss, penalty_terms, residual_steps
 from .structured_solve import supports
 
-_MAX_DAMPING_RAISES = 4  # Marquardt damping raises per iteration before the line search gives up
+_MAX_DAMPING_RAISES = 12  # trust-region shrinks (damping raises) per iteration before it gives up
+# Levenberg–Marquardt damping, relative to the inertia metric: where it starts, its least value after a
+# rejected step, and the value below which it is switched off (plain Gauss–Newton steps then converge
+# quadratically on loops that can be exactly physical). Measured against starting undamped: a contact
+# cloth (12 frames) converged in 149 vs 285 iterations, the flag (scale 0.25) reached 12.9 vs 13.4 in 60
+# iterations, 3-body loops from fast projection took 10-11 vs 4 iterations.
+_DAMPING0, _DAMPING_MIN, _DAMPING_OFF = 1e-3, 1e-4, 1e-6
+_ACCEPT = 1e-4            # a step is taken when the loss falls by this fraction of the model's prediction
+_FAILED_RAISES = 1        # an inexact direction whose first step was rejected counts as failed
 # "auto" uses the structured solve from this many free unknowns on. Measured (time to CHOLMOD's loss after
 # 4 steps, cloth from the forward simulation): 10k unknowns 3.3 s CHOLMOD vs 4.8 s structured, 18k 10.0
 # vs 2.5 s, 23k 17.1 vs 9.7 s, 51k (the flag) 173 vs 15 s (measured before the sweep was stabilized).
@@ -18,7 +26,6 @@ AUTO_STRUCTURED_MIN_UNKNOWNS = 15_000
 # unknowns, crossfade start) CHOLMOD reached loss 2.9e4 in 3 steps, the structured solve stalled at 6.3e4
 # after 12 (its 60-iteration PCG cap was reached at every step); at 108k unknowns CHOLMOD needs ~10 GB.
 AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY = 50_000
-_FAILED_STEP = 1e-3  # line-search step below which an inexact direction counts as failed
 
 
 def choose_backend(prob, name="auto"):
@@ -43,19 +50,23 @@ def _penalty_gradient_and_diagonal(prob, q, free_flat):
 
 
 class GaussNewton:
-    """Minimizes ``loss(prob, q)`` over the free unknowns of ``prob``.
+    """Minimizes ``loss(prob, q)`` over the free unknowns of ``prob`` by Levenberg–Marquardt.
 
-    Each direction solves (J^T B J + damping diag(J^T B J)) d = -g, damping 0 (plain Gauss–Newton) until
-    a step overshoots (Marquardt: raised when the line search cuts the step below 1/2 or fails, relaxed
-    after full steps), then a backtracking line search on the loss.
+    Each direction solves (J^T B J + lambda D) d = -g, with D the inertia part of the Gauss–Newton
+    diagonal (6 m / h^3 per coordinate: an isotropic metric in the mass norm), and is taken when the
+    loss falls by at least a fraction of the quadratic model's prediction. lambda follows the ratio
+    rho of actual to predicted decrease (Nielsen's rule: shrunk after good steps, doubled with a growing
+    factor after rejected ones), a trust region in the mass metric. Measured on the flag at scale 0.25
+    from its forward simulation (exact solves, 100 iterations): loss 8.56 with this metric, 21.3 with
+    Marquardt's diag(H) and 10.8 with the earlier line search and diag(H) damping.
 
     One instance keeps the residual-Jacobian pattern and the linear-solver backend (and so its
     symbolic factorization) for all its iterations. A problem-aware backend (one with ``bind``, such
-    as "structured") computes gradient and direction itself: ``bind(prob)``, then per iteration
-    ``g = linearize(q, u)`` and ``direction(g, damping)``. When its inexact direction stalls,
-    Gauss–Newton asks it to ``tighten()``; once it cannot, "auto" switches to the direct solve
-    (``switched`` records the iteration). ``history`` lists per-iteration dicts with iteration, loss,
-    step (line-search factor), step_norm, seconds and backend.
+    as "structured") computes gradient, direction and Gauss–Newton products itself: ``bind(prob)``, then
+    per iteration ``g = linearize(q, u)``, ``direction(g, damping)`` and ``apply(d)``. When its inexact
+    direction stalls, Gauss–Newton asks it to ``tighten()``; once it cannot, "auto" switches to the
+    direct solve (``switched`` records the iteration). ``history`` lists per-iteration dicts with
+    iteration, loss, damping, rho, step_norm, grad_norm, seconds and backend.
     """
 
     def __init__(self, prob, backend="auto"):
@@ -65,6 +76,7 @@ class GaussNewton:
         self._jac = None
         self.history = []
         self.switched = None
+        self.metric = inertia_metric(prob)
 
     def _use(self, backend):
         self.backend = backend
@@ -106,9 +118,9 @@ class GaussNewton:
         return H, g + pg
 
     def direction(self, H, g, damping=0.0):
-        """Solve (H + damping diag(H)) d = -g; if singular, retry with a growing Levenberg shift."""
+        """Solve (H + damping D) d = -g, D the inertia metric; if singular, retry with a growing Levenberg shift."""
         if damping > 0:
-            H = (H + sp.diags(damping * H.diagonal())).tocsc()
+            H = (H + sp.diags(damping * self.metric)).tocsc()
         shift = 0.0
         scale = float(H.diagonal().mean())
         for _ in range(8):
@@ -119,67 +131,74 @@ class GaussNewton:
                 shift = scale * (1e-10 if shift == 0.0 else shift / scale * 100)
         raise NotPositiveDefinite("the Gauss–Newton matrix stays singular even with a Levenberg shift")
 
-    def _line_search(self, q, current, d, g, free):
-        """Backtracking (Armijo) along d: ``((trial, loss) or None, step factor)``."""
-        slope = float(g @ d)
-        s = 1.0
-        for _ in range(40):
-            trial = q.ravel().copy()
-            trial[free] += s * d
-            trial = trial.reshape(q.shape)
-            value = loss(self.prob, trial) if np.all(np.isfinite(trial)) else np.inf
-            if value <= current + 1e-4 * s * slope:
-                return (trial, value), s
-            s *= 0.5
-        return None, 0.0
+    def _linearize(self, q):
+        """(g, direction(g, damping), product d -> H d) at q."""
+        if self.problem_aware:
+            g = self.backend.linearize(q, residual_steps(self.prob, q))
+            return g, self.backend.direction, self.backend.apply
+        H, g = self.system(q)
+        return g, partial(self.direction, H), H.__matmul__
+
+    def _trial(self, q, d, free):
+        trial = q.ravel().copy()
+        trial[free] += d
+        trial = trial.reshape(q.shape)
+        return trial, (loss(self.prob, trial) if np.all(np.isfinite(trial)) else np.inf)
 
     def run(self, q0, max_iters=100, tol=1e-8, step_tol=1e-12, callback=None, phase="gauss_newton"):
-        """Iterate from ``q0`` (n_steps, n, 3) until the relative loss decrease < ``tol``, the step is
-        below ``step_tol`` relative to |q|, or ``max_iters``. Returns the best iterate (the last one:
-        the loss never increases). ``callback(info)`` returning True stops after that iteration."""
+        """Iterate from ``q0`` (n_steps, n, 3) until the relative loss decrease, or the decrease the
+        undamped model still predicts, is below ``tol``; the step is below ``step_tol`` relative to |q|;
+        or ``max_iters``. ``stop_reason`` says which ("tol", "step_tol", "max_iters", "no_progress",
+        "cancelled"). Returns the best iterate (the last one: the loss never increases).
+        ``callback(info)`` returning True stops after that iteration."""
         prob = self.prob
         q = prob.apply_constraints(prob.check_trajectory(q0, "initial guess"))
         free = np.flatnonzero(prob.free_mask())
         current = loss(prob, q)
-        self.history = [dict(iteration=0, loss=current, step=0.0, step_norm=0.0, seconds=0.0, phase=phase)]
+        self.history = [dict(iteration=0, loss=current, damping=0.0, rho=0.0, step_norm=0.0,
+                             seconds=0.0, phase=phase)]
         self.stop_reason = "max_iters"
         self.cancelled = False
         t0 = time.perf_counter()
-        damping = 0.0
+        lam, grow = _DAMPING0, 2.0
         for it in range(1, max_iters + 1):
-            if self.problem_aware:
-                g = self.backend.linearize(q, residual_steps(prob, q))
-                solve = self.backend.direction
-            else:
-                H, g = self.system(q)
-                solve = partial(self.direction, H)
-            for _ in range(_MAX_DAMPING_RAISES):
-                d = solve(g, damping)
-                accepted, s = self._line_search(q, current, d, g, free)
-                # Marquardt damping: relax it after full steps, raise it when the model overshoots.
-                damping = (0.0 if damping < 1e-8 else damping / 4) if s >= 0.5 else max(4 * damping, 1e-4)
-                if accepted is not None:
+            g, solve, apply_h = self._linearize(q)
+            accepted, raises, smallest_gain = None, 0, np.inf
+            for raises in range(_MAX_DAMPING_RAISES):
+                d = solve(g, lam)
+                predicted = -(float(g @ d) + 0.5 * float(d @ apply_h(d)))
+                trial, value = self._trial(q, d, free)
+                smallest_gain = min(smallest_gain, predicted)
+                rho = (current - value) / predicted if predicted > 0 else -np.inf
+                if rho > _ACCEPT:
+                    accepted = (trial, value)
+                    lam, grow = lam * max(1 / 3, 1 - (2 * rho - 1) ** 3), 2.0
+                    lam = 0.0 if lam < _DAMPING_OFF else lam
                     break
-                damping = max(100 * damping, 1e-3)
+                if 0 <= predicted <= tol * current:   # the model itself has nothing left to gain
+                    break
+                lam, grow = max(lam * grow, _DAMPING_MIN), 2 * grow
             if accepted is None:
                 if self._recover(it, switch=True):
-                    damping = 0.0
+                    lam, grow = _DAMPING0, 2.0
                     continue
-                self.stop_reason = "line_search"
+                self.stop_reason = "tol" if 0 <= smallest_gain <= tol * current else "no_progress"
                 break
+            step_norm = float(np.linalg.norm(d))
             flat = q.ravel()
-            step_norm = s * float(np.linalg.norm(d))
             previous, (q, current) = current, accepted
-            self.history.append(dict(iteration=it, loss=current, step=s, step_norm=step_norm,
-                                     seconds=time.perf_counter() - t0, phase=phase, backend=self.backend.name))
+            self.history.append(dict(iteration=it, loss=current, damping=lam, rho=rho, step_norm=step_norm,
+                                     grad_norm=float(np.linalg.norm(g)), seconds=time.perf_counter() - t0,
+                                     phase=phase, backend=self.backend.name))
             if callback is not None and callback(dict(self.history[-1])):
                 self.cancelled = True
                 self.stop_reason = "cancelled"
                 break
-            failed = s < _FAILED_STEP   # the line search all but rejected the direction
-            if (failed or previous - current <= tol * previous) and self._recover(it, switch=failed):
+            failed = raises >= _FAILED_RAISES   # the trust region rejected the direction at first
+            small = previous - current <= tol * previous
+            if (failed or small) and self._recover(it, switch=failed):
                 continue
-            if previous - current <= tol * previous:
+            if small:
                 self.stop_reason = "tol"
                 break
             if step_norm <= step_tol * max(np.linalg.norm(flat), 1e-300):

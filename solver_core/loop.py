@@ -8,9 +8,13 @@ from .baselines import crossfade_loop
 from .fast_projection import FastProjectionDiverged, fast_projection
 from .forward import SimulationFailed, simulate
 from .gauss_newton import GaussNewton
+from .metrics import loop_metrics
 from .residual import loss
 
 INITS = ("fast_projection", "forward", "crossfade")
+SEAMLESS_RATIO = 1.5   # a wrap whose jumps are within this factor of the median frame boundary cannot be seen
+# make_loop's status codes, like scipy's OptimizeResult.status
+CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, CANCELLED = range(5)
 
 
 @dataclass
@@ -19,7 +23,10 @@ class LoopResult:
 
     q: (n_frames, n, 3) the loop at the frame rate; q_steps: (n_steps, n, 3) on the solver grid;
     initial_guess: (n_steps, n, 3) where Gauss–Newton started; history: per-iteration dicts (phase,
-    iteration, loss, seconds; Gauss–Newton also step and step_norm; fast projection's loss is G).
+    iteration, loss, seconds; Gauss–Newton also damping, rho, step_norm; fast projection's loss is G).
+    As scipy's OptimizeResult: ``status`` (CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS,
+    CANCELLED), ``success`` (converged to a seamless loop) and ``message`` in words; ``metrics``:
+    ``loop_metrics`` of the initial guess and of the loop (wrap jump ratios, relative residual).
     """
     q: np.ndarray
     q_steps: np.ndarray
@@ -35,6 +42,10 @@ class LoopResult:
     gauss_newton_seconds: float = 0.0
     initial_loss: float = float("nan")
     final_loss: float = float("nan")
+    status: int = NO_PROGRESS
+    success: bool = False
+    message: str = ""
+    metrics: dict = field(default_factory=dict)
 
     @property
     def seconds(self):
@@ -72,6 +83,9 @@ def make_loop(prob, init="fast_projection", max_iters=200, tol=1e-8, callback=No
     the reason is in ``fallback_reason``), "forward", "crossfade", or an array (n_frames or
     n_steps, n, 3). ``callback(info)`` gets phase, iteration and loss after every iteration and
     cancels by returning True: the best iterate so far is returned with ``cancelled=True``.
+    Gauss–Newton stops when the loss, or the decrease its model still predicts, falls by less than
+    ``tol`` relative per iteration, or at ``max_iters``; ``status``, ``success`` and ``message`` say
+    whether the loop converged and whether its wrap can be seen.
     ``backend``: linear solver ("auto", "cholmod", "scipy" or a backend object).
     """
     try:
@@ -88,6 +102,7 @@ def make_loop(prob, init="fast_projection", max_iters=200, tol=1e-8, callback=No
         res.fast_projection_seconds = fp["seconds"]
         if fp["cancelled"]:
             res.cancelled, res.stop_reason, res.final_loss = True, "cancelled", res.initial_loss
+            _verdict(prob, res, [], max_iters)
             return res
     t0 = time.perf_counter()
     gn = GaussNewton(prob, backend)
@@ -98,4 +113,35 @@ def make_loop(prob, init="fast_projection", max_iters=200, tol=1e-8, callback=No
     res.gauss_newton_iterations = len(gn.history) - 1
     res.cancelled, res.stop_reason = gn.cancelled, gn.stop_reason
     res.final_loss = gn.history[-1]["loss"]
+    _verdict(prob, res, gn.history, max_iters)
     return res
+
+
+def _verdict(prob, res, history, max_iters):
+    """Set ``metrics``, ``status``, ``success`` and ``message`` of a finished (or cancelled) run."""
+    res.metrics = dict(initial=loop_metrics(prob, res.initial_guess), loop=loop_metrics(prob, res.q_steps))
+    before, after = res.metrics["initial"], res.metrics["loop"]
+    wrap = (f"wrap velocity jump {after['velocity_jump_ratio']:.3g}x and position jump "
+            f"{after['position_jump_ratio']:.3g}x the median frame boundary (initial guess: "
+            f"{before['velocity_jump_ratio']:.3g}x, {before['position_jump_ratio']:.3g}x)")
+    control = (f"; the loop needs control forces {after['residual_rel_mean']:.2g} times the physical forces"
+               if after["residual_rel_mean"] > 0.1 else "")
+    seamless = max(after["velocity_jump_ratio"], after["position_jump_ratio"]) <= SEAMLESS_RATIO
+    gn = [h["loss"] for h in history]
+    if res.cancelled:
+        res.status, res.message = CANCELLED, f"cancelled after {res.gauss_newton_iterations} Gauss–Newton iterations"
+    elif res.stop_reason in ("tol", "step_tol"):
+        res.status = CONVERGED if seamless else CONVERGED_WITH_SEAM
+        res.message = (f"converged: seamless, {wrap}" if seamless else
+                       f"converged, but the wrap can still be seen: {wrap}{control}; the loop cannot pass "
+                       "smoothly through the first two frames: try another frame range or soft initial conditions")
+    elif res.stop_reason == "max_iters":
+        window = gn[-min(len(gn), 6):]
+        rate = (window[0] - window[-1]) / max(window[0], 1e-300) / max(len(window) - 1, 1)
+        res.status = ITERATION_CAP
+        res.message = (f"not converged: stopped at the iteration cap ({max_iters}) with the loss still falling "
+                       f"{100 * rate:.2g}% per iteration; {wrap}{control}; more iterations recommended")
+    else:
+        res.status = NO_PROGRESS
+        res.message = f"not converged: no step reduces the loss any further; {wrap}{control}"
+    res.success = res.status == CONVERGED

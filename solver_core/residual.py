@@ -61,6 +61,13 @@ def loss(prob, q, with_penalty=True):
     return float(value)
 
 
+def inertia_metric(prob):
+    """The inertia part of the Gauss–Newton diagonal on the free unknowns, 6 m / h^3 per coordinate:
+    Levenberg–Marquardt damping ``lambda * inertia_metric`` is isotropic in the mass norm."""
+    free = prob.free_mask()
+    return np.broadcast_to((6.0 * prob.model.mass / prob.h ** 3)[None, :, None], free.shape)[free]
+
+
 class ResidualJacobian:
     """Assembles J = du/dq restricted to free unknowns and non-pinned rows, with a fixed sparsity pattern.
 

@@ -14,9 +14,9 @@ block-sparse in space and banded periodic in time. H is never formed:
   and a forward sweep over frames with one sparse LU per frame (the linearized implicit step),
   exact for the time-varying stiffness (stabilized on frames whose forces would make the sweep blow
   up); the low-rank wrap term is left to the Krylov iteration.
-* ``StructuredBackend`` runs preconditioned conjugate gradients on (H + damping diag(H)) d = -g to the
-  relative residual of an inexact-Newton forcing sequence (loose while the gradient is large, tight
-  near convergence), capped at ``max_cg`` iterations (a truncated CG step is still a descent direction),
+* ``StructuredBackend`` runs preconditioned conjugate gradients on (H + lambda D) d = -g (Levenberg–
+  Marquardt damping) to the relative residual of an inexact-Newton forcing sequence (loose while the
+  gradient is large, tight near convergence) and until the quadratic model stops improving, capped at ``max_cg`` iterations (a truncated CG step is still a descent direction),
   and solves tighter when Gauss–Newton reports that an inexact direction made no progress.
 
 It applies to every scheme ("symplectic", "backward", "linearized") and to velocity terms (Blender
@@ -27,7 +27,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from . import scheme
-from .residual import penalty_terms
+from .residual import inertia_metric, penalty_terms
 
 _CHUNK_BYTES = 32 * 2 ** 20  # one batch of per-frame force-Jacobian values (their temporaries are ~4x this)
 _SHIFT_SAFETY = 1.2  # margin on the Lanczos (under)estimate of a frame's destabilizing stiffness
@@ -305,22 +305,27 @@ class SweepPreconditioner:
         return op.restrict(X)
 
 
-def pcg(apply_a, b, apply_m, rtol, max_iters):
-    """Preconditioned conjugate gradients from x = 0 until |r| <= rtol |b|.
+def pcg(apply_a, b, apply_m, rtol, max_iters, eta=None):
+    """Preconditioned conjugate gradients on A x = b from x = 0.
 
-    Returns (x, iterations, converged); an unconverged x is still a descent direction for an SPD system."""
+    Stops when |r| <= rtol |b| and, with ``eta``, the quadratic model Q(x) = x.A x / 2 - b.x has stopped
+    improving, i (Q_{i-1} - Q_i) <= eta |Q_i| (Nash and Sofer's truncated-Newton test: a small residual
+    alone can stop on a direction that holds a few percent of the model's decrease). Returns (x, iterations,
+    converged); an unconverged x is still a descent direction for an SPD system."""
     x = np.zeros_like(b)
     r = b.copy()
     z = apply_m(r)
     p = z.copy()
     rz = r @ z
     target = rtol * np.linalg.norm(b)
+    model = 0.0
     for it in range(1, max_iters + 1):
         ap = apply_a(p)
         alpha = rz / (p @ ap)
         x += alpha * p
         r -= alpha * ap
-        if np.linalg.norm(r) <= target:
+        previous, model = model, -0.5 * float(x @ (b + r))    # Q(x) = -x.(b + r) / 2, since A x = b - r
+        if np.linalg.norm(r) <= target and (eta is None or it * (previous - model) <= -eta * model):
             return x, it, True
         z = apply_m(r)
         rz, rz_old = r @ z, rz
@@ -329,10 +334,10 @@ def pcg(apply_a, b, apply_m, rtol, max_iters):
 
 
 class StructuredBackend:
-    """Problem-aware Gauss–Newton solve: PCG on J^T B J (+ Marquardt damping) with the sweep preconditioner.
+    """Problem-aware Gauss–Newton solve: PCG on J^T B J (+ damping) with the sweep preconditioner.
 
     Inexact Gauss–Newton: the relative PCG residual is min(forcing, |g| / |g_0|) (Eisenstat–Walker-like),
-    at least ``rtol_min``, with at most ``max_cg`` iterations while it is ``forcing`` and 10 ``max_cg``
+    at least ``rtol_min``, and the model-decrease test of ``pcg`` with eta = forcing, with at most ``max_cg`` iterations while it is ``forcing`` and 10 ``max_cg``
     after. ``inexact`` says whether the last solve stopped at its cap or short of ``rtol_min``;
     ``tighten()`` (called by Gauss–Newton when an inexact direction makes no progress) divides the
     forcing by 10 and multiplies the cap by 4, up to ``max_tighten`` times. ``cg_iterations`` lists
@@ -353,6 +358,7 @@ class StructuredBackend:
         if reason is not None:
             raise ValueError(f"the structured solve does not apply: {reason}; use backend='cholmod'")
         self.op = LoopOperator(prob)
+        self.metric = inertia_metric(prob)
         self.preconditioner = SweepPreconditioner(self.op)
         self.cg_iterations = []
         self.inexact = False
@@ -373,7 +379,6 @@ class StructuredBackend:
         op = self.op
         op.update(q)
         self.preconditioner.update()
-        self._diagonal = None
         g = op.gradient(u.reshape(op.n_steps, -1)[:, op.active], q)
         gnorm = np.linalg.norm(g)
         self._g0 = gnorm if self._g0 is None else self._g0
@@ -381,17 +386,19 @@ class StructuredBackend:
         return g
 
     def direction(self, g, damping=0.0):
-        """Inexact solution d of (J^T B J + damping diag(J^T B J)) d = -g (with the penalty diagonal)."""
+        """Inexact solution d of (J^T B J + damping D) d = -g (with the penalty diagonal), D the inertia metric."""
         op = self.op
-        if damping > 0 and self._diagonal is None:
-            self._diagonal = op.diagonal()
-        scaled = damping * self._diagonal if damping > 0 else 0.0
+        scaled = damping * self.metric
 
         def apply_a(x):
             return op.apply_h(x) + scaled * x
 
         cap = self.max_cg if self._rtol >= self.forcing else 10 * self.max_cg  # converging: solve tighter
-        d, iters, converged = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap)
+        d, iters, converged = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap, eta=self.forcing)
         self.cg_iterations.append(iters)
         self.inexact = not converged or self._rtol > self.rtol_min
         return d
+
+    def apply(self, d):
+        """The Gauss–Newton product (J^T B J + penalty diagonal) d at the last linearization."""
+        return self.op.apply_h(d)
