@@ -30,6 +30,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 import build_samples as bs  # noqa: E402
+from measure_blender_cloth import _quiet  # noqa: E402
 import solver_core as sc  # noqa: E402
 from cyclic_loop_addon import scene_io  # noqa: E402
 
@@ -62,7 +63,8 @@ def build(name):
     bpy.ops.object.effector_add(type="WIND", location=(-1.0, 0.0, 2.0), rotation=(0.0, math.pi / 2, 0.6))
     bpy.context.active_object.field.strength = 10.0
     t0 = time.perf_counter()
-    bs._bake(obj, mod)
+    with _quiet():
+        bs._bake(obj, mod)
     return obj, time.perf_counter() - t0, last
 
 
