@@ -23,7 +23,7 @@ import time
 
 import bpy
 
-from . import export, preview, scene_io, solve, writeback
+from . import export, gltf, preview, scene_io, solve, task_files, vat, web_preview, writeback
 from .errors import LoopInputError, LoopSolveError
 from .files import atomic_path, check_writable
 
@@ -38,6 +38,9 @@ def _parser():
     p.add_argument("--abc", metavar="OUT.abc", help="Alembic of one period")
     p.add_argument("--pc2", metavar="OUT.pc2", help="PC2 of one period (played by a Mesh Cache modifier in --output)")
     p.add_argument("--preview", metavar="OUT.png", help="strip of frames around the wrap, cache above, loop below")
+    p.add_argument("--vat", metavar="DIR", help="vertex animation textures (PNG and EXR), JSON and mesh into DIR")
+    p.add_argument("--glb", metavar="OUT.glb", help="glTF binary of one period as morph-target animation")
+    p.add_argument("--html", metavar="OUT.html", help="self-contained web page playing the loop beside the cache")
     p.add_argument("--json", metavar="OUT.json", help="the report as JSON")
     p.add_argument("--model", choices=scene_io.MODELS, default="auto")
     p.add_argument("--init", choices=solve.INITS, default="fast_projection")
@@ -54,6 +57,8 @@ def _parser():
     p.add_argument("--gravitational-constant", type=float, default=1.0, help="G for N bodies")
     p.add_argument("--bake", action="store_true", help="bake an unbaked physics cache first (in memory)")
     p.add_argument("--overwrite", action="store_true", help="allow --output to be the input .blend")
+    p.add_argument("--skip-existing", action="store_true",
+                   help="exit 0 at once when the --json report is newer than every output (a finished farm task)")
     return p
 
 
@@ -83,9 +88,11 @@ def _settings(args):
 
 
 def _check_outputs(args, source):
-    outputs = {"output": args.output, "abc": args.abc, "pc2": args.pc2, "preview": args.preview}
+    outputs = {"output": args.output, "abc": args.abc, "pc2": args.pc2, "preview": args.preview,
+               "vat": args.vat and vat.probe_path(args.vat), "glb": args.glb and gltf.checked_path(args.glb),
+               "html": args.html}
     if not any(outputs.values()):
-        raise LoopInputError("nothing to write: give --output, --abc, --pc2 and/or --preview")
+        raise LoopInputError("nothing to write: give --output, --abc, --pc2, --preview, --vat, --glb and/or --html")
     for what, path in {**outputs, "json": args.json}.items():
         if path:
             check_writable(path, f"--{what}")
@@ -124,8 +131,9 @@ def run(args):
     _say(f"gathered {', '.join(gathered.object_names)}: model {gathered.model_name}, {prob.n_vertices} vertices, "
          f"{prob.n_frames} frames ({gathered.frame_start}..{int(gathered.frames[-1])}), "
          f"{prob.substeps} substeps, dt {prob.dt:g}, {len(prob.pins)} pins")
-    if gathered.kind == "bodies" and (args.abc or args.pc2):
-        raise LoopInputError("--abc and --pc2 hold mesh vertices; N bodies are written as location keys (--output)")
+    if gathered.kind == "bodies" and (args.abc or args.pc2 or args.vat or args.glb):
+        raise LoopInputError("--abc, --pc2, --vat and --glb hold mesh vertices; N bodies are written as location "
+                             "keys (--output)")
     for note in gathered.notes:
         _say(f"note: {note}")
     _say(f"solving (init {settings.init}, scheme {gathered.problem.scheme}, up to {settings.iterations} iterations)")
@@ -146,6 +154,10 @@ def run(args):
     if args.preview:
         preview.save_preview(gathered, q, args.preview)
         _say(f"wrote {args.preview}")
+    for path, write in ((args.vat, vat.export_vat), (args.glb, gltf.export_gltf), (args.html, web_preview.write_page)):
+        if path:
+            write(gathered, q, path)
+            _say(f"wrote {path}")
     if args.output:
         with atomic_path(args.output, "--output") as tmp:
             bpy.ops.wm.save_as_mainfile(filepath=tmp, copy=True, compress=True)
@@ -166,7 +178,11 @@ def main(argv):
     except SystemExit as exc:
         return exc.code
     try:
-        run(args)
+        if task_files.check_skip_existing(args):
+            _say(f"already done: {args.json} is newer than every output (--skip-existing)")
+            return 0
+        with task_files.outputs_or_none(task_files.outputs(args), args.json, keep=args.blend or bpy.data.filepath):
+            run(args)
     except LoopInputError as exc:
         print(f"[cyclic-loop] error: {exc}", file=sys.stderr, flush=True)
         return 2

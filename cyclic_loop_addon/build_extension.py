@@ -21,6 +21,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("cyclic_loop_addon", "solver_core")
 SKIP_DIRS = {"__pycache__", "scenes"}          # solver_core/scenes: demos and benchmarks
 SKIP_FILES = {"build_extension.py"}
+# three.js for the web preview page (from `npm ci --prefix web`; MIT), shipped when installed.
+THREE_BUILD = os.path.join(ROOT, "web", "node_modules", "three", "build")
+THREE_FILES = ("three.core.js", "three.module.js")
 
 
 def package_files():
@@ -33,6 +36,8 @@ def package_files():
                 if name.endswith(".py") and name not in SKIP_FILES:
                     path = os.path.join(folder, name)
                     files.append((path, os.path.relpath(path, ROOT)))
+    files += [(os.path.join(THREE_BUILD, name), os.path.join("cyclic_loop_addon", "three", name))
+              for name in THREE_FILES if os.path.isfile(os.path.join(THREE_BUILD, name))]
     return files
 
 

@@ -5,6 +5,7 @@ export never leaves a half-written file. Exports read only the gathered data and
 scene's current state, and leave the scene as it was (except ``export_pc2(attach=True)``).
 """
 import os
+from contextlib import contextmanager
 
 import bpy
 import numpy as np
@@ -60,42 +61,32 @@ def export_pc2(gathered, q, path, attach=False):
 # ------------------------------------------------------------------------------------------------ Alembic
 
 
-def export_alembic(gathered, q, path, context=None):
-    """Alembic of exactly one period (frames A .. A + (N - 1) * step), world space, via Blender's exporter.
-
-    The loop is put as cyclic shape keys on a temporary copy of the mesh (object named after the source
-    plus "_loop", no modifiers, identity transform), exported alone and removed again.
-    """
+@contextmanager
+def temporary_copy(gathered, context=None, suffix="_loop"):
+    """Yield (copy, source): the only selected and active object, a copy of the gathered mesh object's mesh
+    (named after the source plus ``suffix``, no modifiers, no shape keys, identity transform), linked to
+    the scene; afterwards the copy, its mesh and action are removed and selection and frame restored."""
     if gathered.kind != "mesh":
-        raise LoopInputError("Alembic export is for meshes; N bodies are written as location keyframes")
+        raise LoopInputError("this export is for meshes; N bodies are written as location keyframes")
     context = context or bpy.context
-    world = writeback.written_loop(gathered, q)
     source = bpy.data.objects.get(gathered.object_names[0])
     if source is None or source.type != "MESH" or len(source.data.vertices) != gathered.n_written:
         raise LoopInputError(f"{gathered.object_names[0]!r} no longer has the mesh it was gathered with")
-    check_writable(path, "Alembic file")
     selection = [(ob, ob.select_get()) for ob in context.view_layer.objects]
     active, frame = context.view_layer.objects.active, context.scene.frame_current
     mesh = source.data.copy()
     copied_keys = mesh.shape_keys
-    temp = bpy.data.objects.new(f"{source.name}_loop", mesh)
+    temp = bpy.data.objects.new(f"{source.name}{suffix}", mesh)
     context.scene.collection.objects.link(temp)
     try:
         if copied_keys is not None:
             temp.shape_key_clear()
             bpy.data.batch_remove([copied_keys])   # a cleared Key stays in bpy.data and breaks saving
-        writeback.add_loop_keys(temp, world, gathered.frame_start, gathered.frame_step)
         for ob, _ in selection:
             ob.select_set(False)
         temp.select_set(True)
         context.view_layer.objects.active = temp
-        last = gathered.frame_start + (gathered.n_frames - 1) * gathered.frame_step
-        with atomic_path(path, "Alembic file") as tmp:
-            bpy.ops.wm.alembic_export(filepath=tmp, start=gathered.frame_start, end=last, selected=True,
-                                      flatten=True, export_hair=False, export_particles=False,
-                                      as_background_job=False)
-            if not os.path.exists(tmp):
-                raise LoopInputError(f"Blender's Alembic exporter wrote nothing for {path}")
+        yield temp, source
     finally:
         keys = temp.data.shape_keys
         action = keys.animation_data.action if keys and keys.animation_data else None
@@ -107,4 +98,34 @@ def export_alembic(gathered, q, path, context=None):
             ob.select_set(selected)
         context.view_layer.objects.active = active
         context.scene.frame_set(frame)
+
+
+def export_alembic(gathered, q, path, context=None):
+    """Alembic of exactly one period: N samples, one per loop frame, world space, via Blender's exporter.
+
+    The loop is put as cyclic shape keys on a temporary copy of the mesh (object named after the source
+    plus "_loop", no modifiers, identity transform), exported alone and removed again. Blender's exporter
+    writes every frame from start to end, so with a scene frame step S > 1 the copy is keyed on consecutive
+    frames and the scene's frame rate divided by S while exporting: the N samples are S / fps seconds
+    apart and start at frame A - A mod S.
+    """
+    if gathered.kind != "mesh":
+        raise LoopInputError("Alembic export is for meshes; N bodies are written as location keyframes")
+    world = writeback.written_loop(gathered, q)
+    check_writable(path, "Alembic file")
+    step, render = gathered.frame_step, (context or bpy.context).scene.render
+    first = gathered.frame_start // step
+    with temporary_copy(gathered, context) as (temp, _):
+        writeback.add_loop_keys(temp, world, first, 1)
+        fps_base = render.fps_base
+        render.fps_base = fps_base * step
+        try:
+            with atomic_path(path, "Alembic file") as tmp:
+                bpy.ops.wm.alembic_export(filepath=tmp, start=first, end=first + gathered.n_frames - 1,
+                                          selected=True, flatten=True, export_hair=False, export_particles=False,
+                                          as_background_job=False)
+                if not os.path.exists(tmp):
+                    raise LoopInputError(f"Blender's Alembic exporter wrote nothing for {path}")
+        finally:
+            render.fps_base = fps_base
     return path

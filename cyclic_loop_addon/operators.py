@@ -12,13 +12,13 @@ import os
 
 import bpy
 
-from . import export, scene_io, writeback
+from . import export, gltf, scene_io, vat, web_preview, writeback
 from .errors import LoopError
 from .properties import fill_from_physics
 from .worker import SolveJob, progress_fraction
 
 TIMER_SECONDS = 0.1
-OUTPUT_EXTENSIONS = {"ALEMBIC": ".abc", "PC2": ".pc2"}
+OUTPUT_EXTENSIONS = {"ALEMBIC": ".abc", "PC2": ".pc2", "VAT": "", "GLTF": ".glb", "WEB": ".html"}
 _job = None     # the running SolveJob: one solve at a time
 
 
@@ -38,20 +38,26 @@ def loop_settings(obj, settings, context):
 
 
 def output_path(settings):
-    """Absolute output file of an Alembic / PC2 output, with its extension."""
+    """Absolute output file of a file output, with its extension (a VAT's folder: the path as it is)."""
     path = bpy.path.abspath(settings.filepath)
     ext = OUTPUT_EXTENSIONS[settings.output]
     return path if path.lower().endswith(ext) else path + ext
 
 
 def write_output(context, gathered, q, output, path):
-    """Write loop q as ``output`` (SHAPE_KEYS, or ALEMBIC / PC2 at ``path``) on the main thread;
-    returns what was written (N bodies are always written as location keys)."""
+    """Write loop q as ``output`` (SHAPE_KEYS, or ALEMBIC / PC2 / VAT / GLTF / WEB at ``path``) on the main
+    thread; returns what was written (N bodies are always written as location keys)."""
     if output == "SHAPE_KEYS" or gathered.kind != "mesh":
         writeback.write_back(gathered, q)
         return "shape keys" if gathered.kind == "mesh" else "location keys"
     if output == "PC2":
         export.export_pc2(gathered, q, path, attach=True)
+    elif output == "VAT":
+        vat.export_vat(gathered, q, path, context)
+    elif output == "GLTF":
+        gltf.export_gltf(gathered, q, path, context)
+    elif output == "WEB":
+        web_preview.write_page(gathered, q, path, context)
     else:
         export.export_alembic(gathered, q, path, context)
     return os.path.basename(path)

@@ -33,6 +33,11 @@ OUTPUTS = (
     ("SHAPE_KEYS", "Shape Keys", "Shape keys keyed to play the loop cyclically"),
     ("ALEMBIC", "Alembic", "An .abc cache (Unreal Geometry Cache, Unity Alembic)"),
     ("PC2", "PC2", "A .pc2 point cache read by a Mesh Cache modifier"),
+    ("VAT", "Vertex Animation Texture", "A folder with position and normal textures (16-bit PNG and half EXR), "
+     "their JSON and the mesh with a VAT UV map (Unreal, Unity, Godot, three.js shaders)"),
+    ("GLTF", "glTF (GLB)", "A .glb with the loop as morph-target animation (three.js, Babylon.js, Godot, "
+     "Unity, Unreal)"),
+    ("WEB", "Web Preview", "A self-contained .html page playing the loop beside the cache (three.js)"),
 )
 
 
@@ -68,7 +73,7 @@ class CyclicLoopSettings(bpy.types.PropertyGroup):
                            description="N-body density: mass = density x mesh volume")
     output: EnumProperty(name="Output", items=OUTPUTS, default="SHAPE_KEYS")
     filepath: StringProperty(name="File", subtype="FILE_PATH", default="//loop",
-                             description="Output file for Alembic / PC2 (extension added)")
+                             description="Output file (extension added) or, for a vertex animation texture, folder")
 
 
 class CyclicLoopRun(bpy.types.PropertyGroup):

@@ -3,7 +3,7 @@ import textwrap
 
 import bpy
 
-from . import operators
+from . import farm_operator, operators
 
 PHASES = {"fast_projection": "Fast projection", "gauss_newton": "Gauss-Newton", "crossfade": "Crossfade",
           "gather": "Reading the simulation", "": "Starting"}
@@ -116,6 +116,7 @@ class VIEW3D_PT_cyclic_loop(bpy.types.Panel):
             settings_box = layout.column()
             settings_box.enabled = not run.running
             _draw_settings(settings_box, obj, settings)
+            settings_box.operator(farm_operator.CYCLICLOOP_OT_bake_on_farm.bl_idname, icon="NETWORK_DRIVE")
         if run.has_report and not run.running:
             _draw_report(layout, context, run)
 

@@ -78,13 +78,14 @@ def _fcurves(id_data, action_name):
     return strip.channelbag(anim.action_slot, ensure=True).fcurves
 
 
-def _cyclic_fcurve(fcurves, data_path, index, frames, values):
+def _cyclic_fcurve(fcurves, data_path, index, frames, values, cycles=True):
     fc = fcurves.new(data_path, index=index)
     points = fc.keyframe_points
     points.add(len(frames))
     points.foreach_set("co", np.column_stack([frames, values]).astype(np.float32).ravel())
     points.foreach_set("interpolation", [_LINEAR] * len(frames))
-    fc.modifiers.new("CYCLES")
+    if cycles:
+        fc.modifiers.new("CYCLES")
     fc.update()
 
 
@@ -115,8 +116,12 @@ def _remove_loop_keys(obj):
         obj.shape_key_remove(kb)
 
 
-def add_loop_keys(obj, positions, frame_start, frame_step):
-    """Shape keys CyclicLoop.000.. holding ``positions`` (N, n, 3) (object space), keyed cyclically."""
+def add_loop_keys(obj, positions, frame_start, frame_step, wrap=True):
+    """Shape keys CyclicLoop.000.. holding ``positions`` (N, n, 3) (object space), keyed cyclically.
+
+    ``wrap=False``: only the N keys of one period (no wrap key, no Cycles modifier), for exporters whose
+    player does the wrapping (glTF).
+    """
     if obj.data.shape_keys is None:
         obj.shape_key_add(name="Basis", from_mix=False)
     names = []
@@ -125,10 +130,10 @@ def add_loop_keys(obj, positions, frame_start, frame_step):
         kb.data.foreach_set("co", co.astype(np.float32).ravel())
         names.append(kb.name)
     fcurves = _fcurves(obj.data.shape_keys, f"CyclicLoop {obj.name}")
-    frames = _frames(frame_start, frame_step, len(positions))
-    wrap = np.arange(len(frames)) % len(positions)
+    frames = _frames(frame_start, frame_step, len(positions))[:None if wrap else -1]
+    index = np.arange(len(frames)) % len(positions)
     for j, name in enumerate(names):
-        _cyclic_fcurve(fcurves, f'key_blocks["{name}"].value', 0, frames, (wrap == j).astype(float))
+        _cyclic_fcurve(fcurves, f'key_blocks["{name}"].value', 0, frames, (index == j).astype(float), cycles=wrap)
 
 
 def write_shape_keys(gathered, q):

@@ -17,4 +17,5 @@ from .models.external import Gravity, Wind
 from .models.softbody import SoftBody, ElasticTetTerm
 from .models.contact import FloorContact, SphereContact, MeshContact
 from . import tetmesh
+from . import memory
 from .models.blender_settings import blender_cloth_problem_parts, CLOTH_SETTINGS_DEFAULTS

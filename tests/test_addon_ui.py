@@ -112,7 +112,7 @@ def test_make_loop_end_to_end_and_restore(installed):
     assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
     run = bpy.context.scene.cyclic_loop_run
     assert not run.running and run.has_report and run.object_name == obj.name
-    assert run.init_used in {"fast_projection", "forward", "cache"} and run.iterations > 0 and run.seconds > 0
+    assert run.init_used in {"fast_projection", "forward", "crossfade", "cache"} and run.iterations > 0 and run.seconds > 0
     assert 0 < run.seam_before < float("inf") and 0 < run.seam_after < float("inf") and run.residual > 0
     assert len(loop_keys(obj)) == settings.frame_end - settings.frame_start + 1
     assert bpy.ops.cyclic_loop.restore() == {"FINISHED"}
@@ -240,3 +240,19 @@ def test_without_a_usable_python_the_thread_solves(installed, tmp_path):
     assert job.error is None and job.where == "thread" and job.q is not None
     assert len(job.notes) == 1 and job.notes[0].startswith("solved inside Blender")
     assert job.report["notes"][-1] == job.notes[0]
+
+
+@pytest.mark.parametrize("output, name", [("VAT", "flag_loop/Flag.json"), ("GLTF", "flag_loop.glb"),
+                                          ("WEB", "flag_loop.html")])
+def test_panel_writes_the_engine_and_web_outputs(installed, tmp_path, output, name):
+    """Output VAT / glTF / Web Preview from the panel; the page inlines the three.js the extension ships."""
+    obj, settings = open_sample("flag")
+    settings.method, settings.output, settings.filepath = "crossfade", output, str(tmp_path / "flag_loop")
+    assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
+    assert bpy.context.scene.cyclic_loop_run.message == f"Loop written as {name.split('/')[0]}"
+    assert (tmp_path / name).stat().st_size > 0 and loop_keys(obj) == []
+    if output == "WEB":
+        shipped = os.path.join(os.path.dirname(addon_module("web_preview").__file__), "three", "three.module.js")
+        assert os.path.isfile(shipped)
+        page = (tmp_path / name).read_text()
+        assert '<script type="importmap">{"imports": {"three-core": "data:text/javascript;base64,' in page

@@ -140,3 +140,29 @@ def test_headless_bake(flag_blend, tmp_path):
                        "--output", str(out), "--json", str(report))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert out.exists() and report.exists()
+
+
+def test_engine_and_web_outputs(legacy_addon, flag_blend, tmp_path):
+    """Output VAT, glTF and Web Preview from the panel in this Blender (its image API and glTF exporter)."""
+    import json
+    import struct
+
+    import numpy as np
+    vat = sys.modules["cyclic_loop.cyclic_loop_addon.vat"]
+    scene, obj, settings = _flag_with_defaults(flag_blend)
+    settings.method = "crossfade"
+    n_frames, n = settings.frame_end - settings.frame_start + 1, len(obj.data.vertices)
+    for output, name in (("VAT", "flag_loop"), ("GLTF", "flag_loop.glb"), ("WEB", "flag_loop.html")):
+        settings.output, settings.filepath = output, str(tmp_path / "flag_loop")
+        assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}, scene.cyclic_loop_run.message
+        assert scene.cyclic_loop_run.message == f"Loop written as {name}"
+    info, exr, normals = vat.read_vat(str(tmp_path / "flag_loop" / "Flag.json"), ".exr")
+    _, png, _ = vat.read_vat(str(tmp_path / "flag_loop" / "Flag.json"), ".png")
+    assert info["frame_count"] == n_frames and exr.shape == png.shape == (n_frames, n, 3)
+    assert np.abs(exr - png).max() <= 2.0 ** -11 * np.abs(png).max() + 1e-4
+    assert np.abs(np.linalg.norm(normals, axis=2) - 1).max() < 2e-3
+    data = (tmp_path / "flag_loop.glb").read_bytes()
+    doc = json.loads(data[20:20 + struct.unpack("<I", data[12:16])[0]])
+    sampler = doc["animations"][0]["samplers"][0]
+    assert doc["accessors"][sampler["input"]]["count"] == n_frames and sampler["interpolation"] == "LINEAR"
+    assert "three-core" in (tmp_path / "flag_loop.html").read_text()[:2000]

@@ -44,12 +44,12 @@ def test_nothing_sinks_through_the_floor(solved):
             assert heights.min() > -term.thickness
 
 
-def test_twisting_bar_falls_back_to_forward_by_itself():
+def test_twisting_bar_falls_back_by_itself():
     scene = SCENES["twisting_bar"](SCALE)
     with pytest.raises(sc.FastProjectionDiverged):
         sc.fast_projection(scene.prob)
     res = sc.make_loop(scene.prob, max_iters=1)
-    assert res.init_used == "forward" and res.fallback_reason
+    assert res.init_used in ("forward", "crossfade") and res.fallback_reason
 
 
 def test_substeps_close_the_loop_on_the_substep_grid():

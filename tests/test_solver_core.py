@@ -181,13 +181,22 @@ def test_fast_projection_closes_a_mild_loop():
     assert np.array_equal(q[0], prob.r0)
 
 
-def test_fast_projection_divergence_falls_back_to_forward():
+def test_fast_projection_divergence_races_forward_and_crossfade():
     prob = nbody_problem(5, seed=3, perturbation=0.02)
     with pytest.raises(sc.FastProjectionDiverged):
         sc.fast_projection(prob)
     res = sc.make_loop(prob, max_iters=5)
-    assert res.init_used == "forward"
     assert "fast projection" in res.fallback_reason
+    clip = sc.simulate(prob)
+    raced = {}
+    for name, q0 in (("forward", clip), ("crossfade", sc.crossfade_loop(clip))):
+        gn = sc.GaussNewton(prob)
+        gn.run(q0, max_iters=5)
+        raced[name] = gn.history[-1]["loss"]
+        if name == res.init_used:
+            np.testing.assert_allclose(res.initial_guess, prob.apply_constraints(q0))
+    assert res.init_used == min(raced, key=raced.get)
+    assert res.final_loss == raced[res.init_used] and res.gauss_newton_iterations == 5
 
 
 @pytest.mark.parametrize("phase", ["fast_projection", "gauss_newton"])

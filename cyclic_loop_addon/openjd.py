@@ -1,0 +1,115 @@
+"""The OpenJD job template (jobtemplate-2023-09) of a batch: one step per (scene, variant), one task per
+object, each task one bake.py run in Blender on the worker. Host memory comes from the solver's own
+estimate (solver_core.memory) on the sizes a Blender probe reads from each scene. No bpy.
+"""
+import json
+import math
+import os
+import subprocess
+
+from .batch import BatchError, Task
+from .solver import sc
+
+SPEC = "jobtemplate-2023-09"
+PROBE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "farm_probe.py")
+MIB = 2 ** 20
+MEMORY_ROUND_MIB = 256
+EXIT_CODES = ("Exit status of every task: 0 the loop is written (or was already: --skip-existing); "
+              "2 bad input (scene, object, settings or output path): do not retry, fix the batch file; "
+              "3 the solver failed: re-run with other settings (another variant); anything else: Blender "
+              "itself failed, a retry may help. A failed task leaves none of its outputs.")
+BLENDER = ["-b", "--factory-startup", "--python-exit-code", "1"]
+MKDIR = "import os, sys; os.makedirs(sys.argv[-1], exist_ok=True)"
+
+
+def probe(blender, scene, specs):
+    """Sizes of ``specs`` (object names, "A,B" for N bodies) in ``scene``, read by farm_probe.py in Blender."""
+    cmd = [blender, *BLENDER, scene, "--python", PROBE_PY, "--", *specs]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except FileNotFoundError:
+        raise BatchError(f"cannot run Blender {blender!r}: set [batch] blender to its path") from None
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("cyclic-loop-sizes ")]
+    if proc.returncode != 0 or not lines:
+        raise BatchError(f"Blender could not read {scene}: {(proc.stderr or proc.stdout)[-800:]}")
+    found = json.loads(lines[-1].split(" ", 1)[1])
+    errors = [size["error"] for size in found["objects"].values() if "error" in size]
+    if errors:
+        raise BatchError(errors[0])
+    return found
+
+
+def memory_mib(size, frames, options):
+    """Estimated peak MiB of one task: ``size`` from the probe, ``options`` the variant's bake.py options."""
+    scheme = options.get("scheme", "auto")
+    velocity_terms = size["velocity_terms"] and options.get("model", "auto") in ("auto", "blender_cloth")
+    if scheme == "auto":
+        scheme = size["scheme"] if velocity_terms or not size["velocity_terms"] else "backward"
+    steps = (frames[1] - frames[0] + 1) * (options.get("substeps") or size["substeps"])
+    mib = sc.memory.peak_bytes(size["vertices"], steps, scheme, velocity_terms) / MIB
+    return int(math.ceil(mib / MEMORY_ROUND_MIB) * MEMORY_ROUND_MIB)
+
+
+def _path(name, kind, flow, path, template_dir, description):
+    """A PATH job parameter; its default (relative: OpenJD joins it to the template's folder) only when
+    ``path`` is inside ``template_dir``, otherwise it is given at submission (-p NAME=PATH)."""
+    param = dict(name=name, type="PATH", objectType=kind, dataFlow=flow, description=description)
+    rel = os.path.relpath(path, template_dir)
+    if not rel.startswith(os.pardir):
+        param["default"] = rel.replace(os.sep, "/")
+    return param
+
+
+def _parameters(batch, template_dir, bake_py):
+    params = [
+        dict(name="BlenderExe", type="STRING", default=batch.blender,
+             description="The Blender executable on the workers (3.4 or later, with NumPy and SciPy)."),
+        _path("BakeScript", "FILE", "IN", bake_py, template_dir,
+              "cyclic_loop_addon/bake.py of this project, on storage the workers see."),
+        _path("OutputDir", "DIRECTORY", "OUT", batch.output_dir, template_dir,
+              "Every task writes its loop files and its JSON report <task>.json here."),
+    ]
+    for i, scene in enumerate(batch.scenes):
+        cache = ("baked on the worker when it is not found" if batch.bake else
+                 "read from the shared path (baked in the file or in its disk cache)")
+        params.append(_path(f"Scene{i + 1}", "FILE", "IN", scene.file, template_dir,
+                            f"The scene {os.path.basename(scene.file)}; its physics cache is {cache}."))
+    return params
+
+
+def _step(batch, i, scene, variant, sizes, force):
+    tasks = [t for t in batch.tasks() if t.scene == scene.file and t.variant == variant]
+    frames = scene.frames or tuple(sizes["frames"])
+    options = batch.variants[variant]
+    memory = max(memory_mib(sizes["objects"][t.objects], frames, options) for t in tasks)
+    base = "{{Param.OutputDir}}/{{Task.Param.Name}}"
+    task = Task(name="{{Task.Param.Name}}", scene=f"{{{{Param.Scene{i + 1}}}}}", objects="{{Task.Param.Object}}",
+                frames=scene.frames, variant=variant, options=options, report=base + ".json", bake=batch.bake,
+                outputs={kind: base + os.path.splitext(path)[1] for kind, path in tasks[0].outputs.items()})
+    args = [*BLENDER, task.scene, "--python", "{{Param.BakeScript}}", "--", *task.bake_args(not force)]
+    mkdir = dict(command="{{Param.BlenderExe}}", args=[*BLENDER, "--python-expr", MKDIR, "--", "{{Param.OutputDir}}"])
+    return dict(
+        name=f"{scene.stem}-{variant}"[:64],
+        description=f"Loops of {os.path.basename(scene.file)} with the settings variant {variant!r}, one task per "
+                    f"object. {EXIT_CODES}",
+        parameterSpace=dict(taskParameterDefinitions=[
+            dict(name="Object", type="STRING", range=[t.objects for t in tasks]),
+            dict(name="Name", type="STRING", range=[t.name for t in tasks])],
+            combination="(Object, Name)"),
+        hostRequirements=dict(amounts=[dict(name="amount.worker.memory", min=memory)]),
+        stepEnvironments=[dict(name="OutputFolder", description="Creates OutputDir on the worker.",
+                               script=dict(actions=dict(onEnter=mkdir)))],
+        script=dict(actions=dict(onRun=dict(command="{{Param.BlenderExe}}", args=args))),
+    )
+
+
+def template(batch, template_dir, bake_py, force=False):
+    """The job template (a dict for JSON) of ``batch``, to be saved in ``template_dir``; ``force`` bakes
+    finished tasks again."""
+    steps = []
+    for i, scene in enumerate(batch.scenes):
+        sizes = probe(batch.blender, scene.file, scene.objects)
+        steps += [_step(batch, i, scene, variant, sizes, force) for variant in scene.variants]
+    return dict(specificationVersion=SPEC, name=f"Cyclic Loop: {batch.name}"[:128],
+                description=f"Physical loops baked by bake.py, one task per (object, variant). {EXIT_CODES}",
+                parameterDefinitions=_parameters(batch, template_dir, bake_py), steps=steps)

@@ -1,0 +1,35 @@
+"""Peak memory of ``make_loop`` from the problem's size, before any work: for farm host requirements.
+
+Calibrated on the peak resident sizes in the README (this project's 2-core machine). The structured
+solve is linear in the unknowns: 0.36 GB at 51k unknowns (the flag post) and 16.3 GB at 6.0 M (2,000
+vertices x 1,000 frames). The direct solve (CHOLMOD) fills in like a 3-D problem: about 1,365 factor
+nonzeros per unknown at 52k unknowns (59-71 M measured), growing as the cube root of the unknowns;
+the flag post, swinging cloth and doughnut peaked at 1.04-1.39 GB.
+"""
+from .gauss_newton import AUTO_STRUCTURED_MIN_UNKNOWNS
+from .structured_solve import SCHEMES as STRUCTURED_SCHEMES
+
+BASE_BYTES = 250e6                 # Python, numpy, SciPy, the problem and a few trajectories
+STRUCTURED_BYTES_PER_UNKNOWN = 2.8e3
+FACTOR_NONZEROS_PER_UNKNOWN = 1365.0  # at FACTOR_REFERENCE_UNKNOWNS
+FACTOR_REFERENCE_UNKNOWNS = 52_000
+BYTES_PER_FACTOR_NONZERO = 16.0    # value and row index, plus CHOLMOD's workspace while factoring
+
+
+def uses_structured(n_unknowns, scheme, velocity_terms=False):
+    """Whether ``make_loop``'s "auto" backend starts with the structured solve on such a problem."""
+    return scheme in STRUCTURED_SCHEMES and not velocity_terms and n_unknowns >= AUTO_STRUCTURED_MIN_UNKNOWNS
+
+
+def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False):
+    """Estimated peak resident bytes of ``make_loop`` on ``n_vertices`` x ``n_steps`` (frames x substeps).
+
+    ``scheme``: the problem's residual scheme; ``velocity_terms``: the model has velocity-dependent forces
+    (Blender cloth), which keep the solve on CHOLMOD."""
+    if n_vertices < 1 or n_steps < 1:
+        raise ValueError(f"need at least one vertex and one step, got {n_vertices} vertices, {n_steps} steps")
+    unknowns = 3 * n_vertices * n_steps
+    if uses_structured(unknowns, scheme, velocity_terms):
+        return BASE_BYTES + STRUCTURED_BYTES_PER_UNKNOWN * unknowns
+    fill = FACTOR_NONZEROS_PER_UNKNOWN * (unknowns / FACTOR_REFERENCE_UNKNOWNS) ** (1 / 3)
+    return BASE_BYTES + BYTES_PER_FACTOR_NONZERO * fill * unknowns

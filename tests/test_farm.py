@@ -1,0 +1,214 @@
+"""The farm side without Blender: the batch file, its tasks and command lines, the summary table and exit
+status, a task's files (finished / outputs or none), and the solver's memory estimate."""
+import os
+import shlex
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from cyclic_loop_addon import batch as batch_file
+from cyclic_loop_addon import farm, openjd, task_files
+from cyclic_loop_addon.errors import LoopInputError
+from solver_core import memory
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FARM_PY = os.path.join(ROOT, "cyclic_loop_addon", "farm.py")
+
+BATCH = """
+[batch]
+name = "props"
+output_dir = "out"
+outputs = ["abc", "preview"]
+blender = "/opt/blender/blender"
+bake = true
+
+[variants.draft]
+init = "cache"
+iterations = 4
+
+[variants.final]
+iterations = 60
+soft = 1e-3
+
+[[scene]]
+file = "props.blend"
+objects = ["Flag", "Sun,Planet"]
+frames = [10, 40]
+
+[[scene]]
+file = "props.blend"
+objects = ["Banner 2"]
+variants = ["final"]
+"""
+
+
+@pytest.fixture
+def batch_path(tmp_path):
+    (tmp_path / "props.blend").write_bytes(b"BLENDER")
+    path = tmp_path / "batch.toml"
+    path.write_text(BATCH)
+    return path
+
+
+def test_every_object_and_variant_is_one_task(batch_path, tmp_path):
+    tasks = batch_file.load(batch_path).tasks()
+    assert [t.name for t in tasks] == ["props-Flag-draft", "props-Sun+Planet-draft", "props-Flag-final",
+                                       "props-Sun+Planet-final", "props-Banner_2-final"]
+    flag = tasks[0]
+    assert flag.scene == str(tmp_path / "props.blend")
+    assert flag.bake_args() == [
+        "--object", "Flag", "--frames", "10", "40",
+        "--abc", str(tmp_path / "out" / "props-Flag-draft.abc"),
+        "--preview", str(tmp_path / "out" / "props-Flag-draft.png"),
+        "--json", str(tmp_path / "out" / "props-Flag-draft.json"),
+        "--init", "cache", "--iterations", "4", "--bake", "--skip-existing"]
+    assert tasks[3].objects == "Sun,Planet" and tasks[3].bake_args()[-4:-2] == ["--soft", "0.001"]
+    assert "--frames" not in tasks[4].bake_args()   # no frames: bake.py takes the scene's range
+
+
+def test_command_runs_bake_py_in_background_blender(batch_path):
+    task = batch_file.load(batch_path).tasks()[0]
+    cmd = farm.command(task, "/opt/blender/blender")
+    assert cmd[:8] == ["/opt/blender/blender", "-b", "--factory-startup", "--python-exit-code", "1", task.scene,
+                       "--python", farm.BAKE_PY]
+    assert cmd[8] == "--" and cmd[9:] == task.bake_args()
+    assert "--skip-existing" not in farm.command(task, "blender", force=True)
+
+
+def test_list_prints_one_command_line_per_task(batch_path):
+    proc = subprocess.run([sys.executable, FARM_PY, "list", str(batch_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 5 and lines[0].startswith("props-Flag-draft: /opt/blender/blender -b --factory-startup")
+    bare = subprocess.run([sys.executable, FARM_PY, "list", "--bare", str(batch_path)], capture_output=True, text=True)
+    tasks = batch_file.load(batch_path).tasks()
+    assert [shlex.split(line) for line in bare.stdout.splitlines()] == [
+        farm.command(t, "/opt/blender/blender") for t in tasks]               # quoted for a shell: "Banner 2"
+
+
+@pytest.mark.parametrize("change, message", [
+    (("frames = [10, 40]", "frames = [40, 10]"), "frames should be [first, last]"),
+    (('variants = ["final"]', 'variants = ["nope"]'), "no [variants.nope] table"),
+    (("soft = 1e-3", "softness = 1e-3"), "unknown setting softness"),
+    (("iterations = 4", 'iterations = "4"'), "iterations should be an integer"),
+    (('outputs = ["abc", "preview"]', 'outputs = ["fbx"]'), "outputs should be some of"),
+    (('file = "props.blend"\nobjects = ["Banner 2"]', 'file = "gone.blend"\nobjects = ["Banner 2"]'),
+     "no such .blend file"),
+    (('objects = ["Banner 2"]', 'objects = ["Flag"]\nframes = [10, 40]'), "two tasks are named props-Flag-final"),
+    (("[batch]", "[batch"), "is not valid TOML"),
+])
+def test_bad_batch_files_say_what_to_change(batch_path, change, message):
+    batch_path.write_text(BATCH.replace(*change))
+    with pytest.raises(batch_file.BatchError, match=message.replace("[", r"\[")):
+        batch_file.load(batch_path)
+
+
+def test_a_bad_batch_file_exits_2_before_any_task(batch_path):
+    batch_path.write_text(BATCH.replace("frames = [10, 40]", "frames = [40, 10]"))
+    proc = subprocess.run([sys.executable, FARM_PY, "run", str(batch_path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "error: [[scene]] 1: frames" in proc.stderr
+    assert not os.path.exists(batch_path.parent / "out")
+
+
+def test_dumps_writes_what_load_reads(tmp_path):
+    (tmp_path / 'we"ird.blend').write_bytes(b"BLENDER")
+    text = batch_file.dumps(dict(name="from Blender", output_dir="loops", outputs=["pc2"], bake=False),
+                            {"draft one": dict(init="cache", iterations=3, tol=1e-6, colliders="")},
+                            [dict(file='we"ird.blend', objects=["Flag", "A,B"], frames=[1, 24])])
+    assert tomllib.loads(text)["variants"]["draft one"]["tol"] == 1e-6
+    (tmp_path / "b.toml").write_text(text)
+    batch = batch_file.load(tmp_path / "b.toml")
+    assert [t.name for t in batch.tasks()] == ["we_ird-Flag-draft_one", "we_ird-A+B-draft_one"]
+    assert batch.tasks()[1].bake_args(skip_existing=False)[-8:] == [
+        "--init", "cache", "--iterations", "3", "--tol", "1e-06", "--colliders", ""]
+
+
+def _row(name, code, stop_reason=None, seconds=1.0):
+    report = {} if stop_reason is None else dict(
+        stop_reason=stop_reason, gauss_newton_iterations=7,
+        source=dict(position_jump=0.5, velocity_jump=2.0), loop=dict(position_jump=0.01, velocity_jump=0.2))
+    return dict(task=name, status=farm._status(code, report), seconds=seconds, report=report, code=code)
+
+
+def test_summary_table_and_exit_status():
+    rows = [_row("a", 0, "tol"), _row("b", 0, "max_iters"), _row("c", 3), _row("d", 2)]
+    assert [r["status"] for r in rows] == ["done", "not converged", "failed: solver", "failed: bad input"]
+    lines = farm.summary(rows)
+    assert "0.5 -> 0.01" in lines[2] and "2 -> 0.2" in lines[2] and " 7 " in lines[2]
+    assert lines[-1] == "1 done, 2 failed, 1 not converged"
+    assert farm.exit_status(rows) == 2 and farm.exit_status(rows[:3]) == 3 and farm.exit_status(rows[:2]) == 0
+
+
+def test_finished_means_report_newer_than_every_output(tmp_path):
+    out, report = tmp_path / "a.pc2", tmp_path / "a.json"
+    out.write_text("pc2")
+    assert not task_files.finished([str(out)], str(report))
+    report.write_text("{}")
+    os.utime(out, ns=(1, 1))
+    assert task_files.finished([str(out)], str(report))
+    os.utime(out, ns=(os.stat(report).st_mtime_ns + 10**9,) * 2)   # an output rewritten after the report
+    assert not task_files.finished([str(out)], str(report))
+    assert not task_files.finished([str(tmp_path / "missing.abc")], str(report))
+
+
+def test_skip_existing_needs_the_report():
+    class Args:
+        skip_existing, json, output, abc, pc2, preview = True, None, "a.blend", None, None, None
+    with pytest.raises(LoopInputError, match="--skip-existing needs --json"):
+        task_files.check_skip_existing(Args)
+
+
+def test_a_failed_run_leaves_none_of_its_outputs(tmp_path):
+    kept, new, scene = tmp_path / "kept.png", tmp_path / "new.pc2", tmp_path / "scene.blend"
+    report = tmp_path / "r.json"
+    for path in (kept, scene, report):
+        path.write_text("before")
+    paths = [str(kept), str(new), str(scene)]
+    with pytest.raises(RuntimeError):
+        with task_files.outputs_or_none(paths, str(report), keep=str(scene)):
+            new.write_text("written by this run")
+            scene.write_text("saved over the input")
+            raise RuntimeError("export failed")
+    assert not new.exists() and not report.exists()       # the old report no longer matches the outputs
+    assert kept.read_text() == "before" and scene.read_text() == "saved over the input"
+    with pytest.raises(LoopInputError):                  # bad input before writing: every file as it was
+        with task_files.outputs_or_none([str(kept)], str(scene)):
+            raise LoopInputError("no such object")
+    assert kept.read_text() == "before" and scene.exists()
+
+
+def test_a_task_cancelled_with_sigterm_leaves_none_of_its_outputs(tmp_path):
+    """A farm cancels a task with SIGTERM: the outputs written so far go, the exit status says why."""
+    out = tmp_path / "a.pc2"
+    script = (f"import os, signal, sys; sys.path.insert(0, {ROOT!r})\n"
+              "from cyclic_loop_addon.task_files import outputs_or_none\n"
+              f"with outputs_or_none([{str(out)!r}], None):\n"
+              f"    open({str(out)!r}, 'w').write('pc2')\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    signal.pause()\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 + 15, proc.stderr
+    assert not out.exists()
+
+
+def test_memory_estimate_matches_the_measured_peaks():
+    """README figures: structured 0.36 GB (flag post, 176 x 100) and 16.3 GB (2,000 x 1,000); CHOLMOD
+    1.04-1.39 GB at 51k unknowns. The estimate stays within 40 % above and never below by more than 10 %."""
+    for measured, args in ((0.36e9, (176, 100, "backward")), (16.3e9, (2000, 1000, "backward")),
+                           (1.04e9, (176, 100, "linearized", True)), (1.39e9, (294, 60, "linearized", True))):
+        assert 0.9 * measured <= memory.peak_bytes(*args) <= 1.4 * measured, args
+    assert memory.uses_structured(51_156, "backward") and not memory.uses_structured(51_156, "linearized")
+    with pytest.raises(ValueError, match="at least one vertex"):
+        memory.peak_bytes(0, 10, "backward")
+
+
+def test_step_memory_follows_the_variant_model_and_substeps():
+    """Blender cloth stays on CHOLMOD (velocity terms); as a thin shell (backward Euler) the same cloth
+    takes the structured solve, linear in the unknowns: 2,000 x 300 steps is 1.8 M unknowns, 5.3 GB."""
+    flag = dict(vertices=70, substeps=4, scheme="linearized", velocity_terms=True)
+    assert openjd.memory_mib(flag, (49, 60), {}) == 512
+    big = dict(flag, vertices=2000)
+    shell = openjd.memory_mib(big, (1, 300), {"model": "shell", "substeps": 1})
+    assert shell == 5120 and openjd.memory_mib(big, (1, 300), {"substeps": 1}) > 2 * shell

@@ -1,0 +1,18 @@
+"""The Flamenco 3 job type (farm/flamenco/cyclic_loop_bake.js) compiled by node against the stand-in for
+Flamenco's job compiler (farm/flamenco/test/): the settings and the bake.py commands it authors."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(NODE is None, reason="needs node (apt nodejs)")
+def test_flamenco_job_type_authors_the_bake_commands():
+    proc = subprocess.run([NODE, "--test", os.path.join("farm", "flamenco", "test", "cyclic_loop_bake.test.js")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "# pass 5" in proc.stdout and "# fail 0" in proc.stdout, proc.stdout[-2000:]
