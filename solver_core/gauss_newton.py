@@ -24,8 +24,9 @@ _FAILED_RAISES = 1        # an inexact direction whose first step was rejected c
 AUTO_STRUCTURED_MIN_UNKNOWNS = 15_000
 # ... and from this many for problems with velocity terms (Blender cloth): on the README's flag (17,766
 # unknowns, crossfade start) CHOLMOD reached loss 2.9e4 in 3 steps, the structured solve stalled at 6.3e4
-# after 12 (its 60-iteration PCG cap was reached at every step); at 108k unknowns CHOLMOD needs ~10 GB.
-AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY = 50_000
+# after 12 (its 60-iteration PCG cap was reached at every step); at 108k unknowns CHOLMOD needs ~10 GB. At
+# 60k CHOLMOD's estimated peak (solver_core.memory) is ~1.6 GB.
+AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY = 60_000
 
 
 def choose_backend(prob, name="auto"):
