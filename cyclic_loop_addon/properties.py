@@ -106,15 +106,27 @@ def physics_modifier(obj):
     return None
 
 
+# The first part of a physics cache is its settle from rest (a flag starts flat and still): not part of a
+# motion that can loop. The default loop range skips this fraction of the cache.
+SETTLE_FRACTION = 1 / 3
+
+
+def loop_range(first, last):
+    """The default loop frames of a cache of frames first..last: its end, without the settle from rest."""
+    return first + int((last - first + 1) * SETTLE_FRACTION), last
+
+
 def fill_from_physics(settings, obj, scene):
-    """Defaults from the object's physics modifier: frame range of its cache, model, pin group,
-    substeps (cloth quality steps) and collider collection; the scheme stays "auto" (the model's own)."""
+    """Defaults from the object's physics modifier: frame range of its cache (without the settle from
+    rest, ``loop_range``), model, pin group, substeps (cloth quality steps), collider collection and, for
+    cloth, Blender's own cache as the initial guess; the scheme stays "auto" (the model's own)."""
     settings.frame_start, settings.frame_end = scene.frame_start, scene.frame_end
     mod = physics_modifier(obj)
     if mod is not None:
         cache = mod.point_cache
-        settings.frame_start, settings.frame_end = cache.frame_start, cache.frame_end
+        settings.frame_start, settings.frame_end = loop_range(cache.frame_start, cache.frame_end)
         if mod.type == "CLOTH":
+            settings.init = "cache"
             settings.model = "blender_cloth"
             settings.pin_group = mod.settings.vertex_group_mass
             settings.substeps = mod.settings.quality

@@ -22,12 +22,18 @@ _FAILED_RAISES = 1        # an inexact direction whose first step was rejected c
 # 4 steps, cloth from the forward simulation): 10k unknowns 3.3 s CHOLMOD vs 4.8 s structured, 18k 10.0
 # vs 2.5 s, 23k 17.1 vs 9.7 s, 51k (the flag) 173 vs 15 s (measured before the sweep was stabilized).
 AUTO_STRUCTURED_MIN_UNKNOWNS = 15_000
+# ... and from this many for problems with velocity terms (Blender cloth): on the README's flag (17,766
+# unknowns, crossfade start) CHOLMOD reached loss 2.9e4 in 3 steps, the structured solve stalled at 6.3e4
+# after 12 (its 60-iteration PCG cap was reached at every step); at 108k unknowns CHOLMOD needs ~10 GB. At
+# 60k CHOLMOD's estimated peak (solver_core.memory) is ~1.6 GB.
+AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY = 60_000
 
 
 def choose_backend(prob, name="auto"):
     """The backend "auto" means for ``prob``: "structured" where it applies and the problem is large,
     else the direct solve ("auto" of ``make_backend``). Other names pass through."""
-    if name == "auto" and supports(prob) is None and int(prob.free_mask().sum()) >= AUTO_STRUCTURED_MIN_UNKNOWNS:
+    least = AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY if prob.model.velocity_terms else AUTO_STRUCTURED_MIN_UNKNOWNS
+    if name == "auto" and supports(prob) is None and int(prob.free_mask().sum()) >= least:
         return "structured"
     return name
 

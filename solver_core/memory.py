@@ -6,8 +6,7 @@ vertices x 1,000 frames). The direct solve (CHOLMOD) fills in like a 3-D problem
 nonzeros per unknown at 52k unknowns (59-71 M measured), growing as the cube root of the unknowns;
 the flag post, swinging cloth and doughnut peaked at 1.04-1.39 GB.
 """
-from .gauss_newton import AUTO_STRUCTURED_MIN_UNKNOWNS
-from .structured_solve import SCHEMES as STRUCTURED_SCHEMES
+from .gauss_newton import AUTO_STRUCTURED_MIN_UNKNOWNS, AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY
 
 BASE_BYTES = 250e6                 # Python, numpy, SciPy, the problem and a few trajectories
 STRUCTURED_BYTES_PER_UNKNOWN = 2.8e3
@@ -17,15 +16,17 @@ BYTES_PER_FACTOR_NONZERO = 16.0    # value and row index, plus CHOLMOD's workspa
 
 
 def uses_structured(n_unknowns, scheme, velocity_terms=False):
-    """Whether ``make_loop``'s "auto" backend starts with the structured solve on such a problem."""
-    return scheme in STRUCTURED_SCHEMES and not velocity_terms and n_unknowns >= AUTO_STRUCTURED_MIN_UNKNOWNS
+    """Whether ``make_loop``'s "auto" backend starts with the structured solve on such a problem (of any
+    ``scheme``; problems with velocity terms from a larger size)."""
+    least = AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY if velocity_terms else AUTO_STRUCTURED_MIN_UNKNOWNS
+    return n_unknowns >= least
 
 
 def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False):
     """Estimated peak resident bytes of ``make_loop`` on ``n_vertices`` x ``n_steps`` (frames x substeps).
 
     ``scheme``: the problem's residual scheme; ``velocity_terms``: the model has velocity-dependent forces
-    (Blender cloth), which keep the solve on CHOLMOD."""
+    (Blender cloth), which keep the solve on CHOLMOD below ``AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY``."""
     if n_vertices < 1 or n_steps < 1:
         raise ValueError(f"need at least one vertex and one step, got {n_vertices} vertices, {n_steps} steps")
     unknowns = 3 * n_vertices * n_steps

@@ -95,7 +95,9 @@ def test_settings_default_from_physics_and_persist(installed, tmp_path):
     assert settings.model == "blender_cloth"
     assert settings.pin_group == mod.settings.vertex_group_mass != ""
     assert settings.substeps == mod.settings.quality
-    assert (settings.frame_start, settings.frame_end) == (mod.point_cache.frame_start, mod.point_cache.frame_end)
+    first, last = mod.point_cache.frame_start, mod.point_cache.frame_end
+    assert (settings.frame_start, settings.frame_end) == (first + (last - first + 1) // 3, last)   # settled
+    assert settings.init == "cache"
     settings.method, settings.max_iters, settings.scheme = "crossfade", 7, "backward"
     path, name = str(tmp_path / "saved.blend"), obj.name
     bpy.ops.wm.save_as_mainfile(filepath=path, copy=True)
