@@ -35,6 +35,7 @@ from . import (export, files, gltf, guard, limits, preview, scene_io, solve, tas
                writeback)
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
 from .files import atomic_path
+from .solver import sc
 from .outputs import OUTPUTS
 
 
@@ -53,7 +54,8 @@ def _parser():
                         "bodies, symplectic for N bodies)")
     p.add_argument("--substeps", type=int, default=0, help="solver steps per frame (0: from the physics quality)")
     p.add_argument("--iterations", type=int, default=50, help="maximum Gauss-Newton iterations")
-    p.add_argument("--tol", type=float, default=1e-8, help="Gauss-Newton tolerance")
+    p.add_argument("--tol", type=float, default=sc.TOL,
+                   help="Gauss-Newton tolerance: relative loss decrease per iteration that counts as converged")
     p.add_argument("--soft", type=float, default=0.0, metavar="EPS",
                    help="soft first two frames with this weight (0: hard constraints)")
     p.add_argument("--pin-group", default="", help="vertex group of pinned vertices (default: the modifier's)")

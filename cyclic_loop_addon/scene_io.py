@@ -51,7 +51,7 @@ class LoopSettings:
     init: str = "fast_projection"
     substeps: int = 0
     iterations: int = 50
-    tolerance: float = 1e-8
+    tolerance: float = sc.TOL
     soft: float = 0.0
     pin_group: str = ""
     collider_collection: str = ""

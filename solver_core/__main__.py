@@ -6,7 +6,7 @@ import sys
 import time
 
 from .io import load_problem, save_result
-from .loop import make_loop
+from .loop import TOL, make_loop
 from .metrics import loop_metrics
 
 
@@ -76,7 +76,7 @@ def main(argv=None):
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--init", default="fast_projection", choices=["fast_projection", "forward", "crossfade"])
     p.add_argument("--max-iters", type=int, default=200)
-    p.add_argument("--tol", type=float, default=1e-8)
+    p.add_argument("--tol", type=float, default=TOL)
     p.add_argument("--backend", default="auto", choices=["auto", "cholmod", "scipy", "structured"])
     p.add_argument("--quiet", action="store_true", help="no per-iteration progress lines")
     p.set_defaults(func=cmd_loop)
