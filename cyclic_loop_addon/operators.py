@@ -19,11 +19,13 @@ import bpy
 
 from . import export, files, gltf, guard, scene_io, vat, web_preview, writeback
 from .errors import LoopError, LoopInputError
+from .outputs import BY_NAME
 from .properties import fill_from_physics
 from .worker import SolveJob, progress_fraction
 
 TIMER_SECONDS = 0.1
-OUTPUT_EXTENSIONS = {"ALEMBIC": ".abc", "PC2": ".pc2", "VAT": "", "GLTF": ".glb", "WEB": ".html"}
+# the panel's file outputs (properties.OUTPUTS) as bake outputs (outputs.OUTPUTS, which names their extensions)
+PANEL_OUTPUTS = {"ALEMBIC": "abc", "PC2": "pc2", "VAT": "vat", "GLTF": "glb", "WEB": "html"}
 OUTPUT_NAMES = {"ALEMBIC": "the Alembic file", "PC2": "the PC2 file", "VAT": "the VAT folder",
                 "GLTF": "the glTF file", "WEB": "the web page"}
 _job = None     # the running SolveJob: one solve at a time
@@ -49,7 +51,7 @@ def loop_settings(obj, settings, context):
 def output_path(settings):
     """Absolute output file of a file output, with its extension (a VAT's folder: the path as it is)."""
     path = bpy.path.abspath(settings.filepath)
-    ext = OUTPUT_EXTENSIONS[settings.output]
+    ext = BY_NAME[PANEL_OUTPUTS[settings.output]].extension
     return path if path.lower().endswith(ext) else path + ext
 
 

@@ -29,3 +29,4 @@ OUTPUTS = (
     Output("json", "OUT.json", "the report as JSON", ".json", "json", product=False),
 )
 PRODUCTS = tuple(out for out in OUTPUTS if out.product)
+BY_NAME = {out.name: out for out in OUTPUTS}

@@ -54,7 +54,7 @@ def report(gathered, result):
     prob = gathered.problem
     return dict(
         source=sc.loop_metrics(prob, prob.steps_of(gathered.source)),
-        loop=sc.loop_metrics(prob, result.q_steps),
+        loop=result.metrics["loop"],
         fast_projection_iterations=result.fast_projection_iterations,
         gauss_newton_iterations=result.gauss_newton_iterations,
         seconds=result.seconds, init_used=result.init_used, fallback_reason=result.fallback_reason,

@@ -7,7 +7,6 @@ import time
 
 from .io import load_problem, save_result
 from .loop import TOL, make_loop
-from .metrics import loop_metrics
 
 
 def _progress(info):
@@ -42,7 +41,7 @@ def cmd_loop(args):
                   fast_projection_iterations=res.fast_projection_iterations,
                   gauss_newton_iterations=res.gauss_newton_iterations, seconds=round(res.seconds, 3),
                   initial_loss=res.initial_loss, final_loss=res.final_loss,
-                  metrics=loop_metrics(prob, res.q_steps), output=args.output)
+                  metrics=res.metrics["loop"], output=args.output)
     print(json.dumps(report, indent=2))
 
 
