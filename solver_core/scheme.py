@@ -104,3 +104,11 @@ def derivative_values(prob, q_prev, q_here, q_next, j, offsets=None):
             parts = [None] * 3
         values += [part if keep else None for part, keep in zip(parts, kept)]
     return values
+
+
+def stable_force_part(prob, q_prev, q_here, q_next, j):
+    """Values ``(B, nnz)`` of the first part of ``derivative_values`` (-dF/dq) with the model's stabilized
+    force Jacobian (``Model.stable_jacobian_values``), or None when the model has none."""
+    x, _, t = _force_arguments(prob, q_prev, q_here, q_next, j)
+    values = prob.model.stable_jacobian_values(x, t)
+    return None if values is None else -values

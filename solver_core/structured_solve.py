@@ -11,9 +11,10 @@ block-sparse in space and banded periodic in time. H is never formed:
 * ``SweepPreconditioner`` splits the rows of J into T, square and block lower-triangular in time
   (rows 1..N-2, each solved for its latest frame, plus the soft-constraint rows), and the two
   wrap-around rows N-1 and 0: H = T^T B T + (rank <= 2m). It applies (T^T B T)^{-1} by a backward
-  and a forward sweep over frames with one sparse LU per frame (the linearized implicit step),
-  exact for the time-varying stiffness (stabilized on frames whose forces would make the sweep blow
-  up); the low-rank wrap term is left to the Krylov iteration.
+  and a forward sweep over frames with one sparse LU per frame (the linearized implicit step) with
+  the time-varying stiffness, stabilized where the model has a stabilized force Jacobian (Blender
+  cloth) and shifted on frames whose forces would still make the sweep blow up, and the velocity
+  terms' damping; the low-rank wrap term is left to the Krylov iteration.
 * ``StructuredBackend`` runs preconditioned conjugate gradients on (H + lambda D) d = -g (Levenberg–
   Marquardt damping) to the relative residual of an inexact-Newton forcing sequence (loose while the
   gradient is large, tight near convergence) and until the quadratic model stops improving, capped at ``max_cg`` iterations (a truncated CG step is still a descent direction),
@@ -97,6 +98,25 @@ class LoopOperator:
             sorted_slots = slot[order]
             starts = np.flatnonzero(np.r_[True, np.diff(sorted_slots) != 0]) if slot.size else np.zeros(0, np.int64)
             self._gather[o] = (kept[order], starts, sorted_slots[starts])
+        # The preconditioner's T keeps, of the sparse parts, the force Jacobian (stabilized where the model
+        # can: ``Model.stable_jacobian_values``) and the velocity terms' dG/dv (their damping), summed per
+        # offset on the same pattern; the linearized scheme's Jacobian derivative and dG/dq are left out.
+        self._stable_force = prob.model.stable_jacobian_values(prob.r0[None], np.zeros(1)) is not None
+        kept_parts = [0] + ([len(parts) - 2, len(parts) - 1] if prob.model.velocity_terms else [])
+        self._sweep_gather = {}
+        for o in {parts[i][0] for i in kept_parts}:
+            indices = [i for i in kept_parts if parts[i][0] == o]
+            part_keys, kept = local_entries(indices)
+            slot = np.searchsorted(uniq, part_keys)
+            order = np.argsort(slot, kind="stable")
+            sorted_slots = slot[order]
+            starts = np.flatnonzero(np.r_[True, np.diff(sorted_slots) != 0]) if slot.size else np.zeros(0, np.int64)
+            self._sweep_gather[o] = (indices, kept[order], starts, sorted_slots[starts])
+        self.values = {o: np.zeros((n_steps, self.nnz)) for o in self.offsets}
+        self.sweep_values = {o: np.zeros((n_steps, self.nnz)) for o in self._sweep_gather}
+        if not (self._stable_force or prob.model.velocity_terms):   # the force part alone: share its values
+            self._sweep_gather = {}
+            self.sweep_values = {parts[0][0]: self.values[parts[0][0]]} if parts else {}
         self._column_sum = sp.csr_matrix((np.ones(self.nnz), (np.arange(self.nnz), self.pattern_cols)),
                                          shape=(self.nnz, m))
 
@@ -106,7 +126,6 @@ class LoopOperator:
         for w, j, _ in penalty_terms(prob, None):
             pdiag[j] += np.repeat(w, 3)[self.active]
         self.penalty_diag = pdiag
-        self.values = {o: np.zeros((n_steps, self.nnz)) for o in self.offsets}
         self._matrix = {}
 
     @property
@@ -124,6 +143,11 @@ class LoopOperator:
             for o, (index, starts, slots) in self._gather.items():
                 values = np.concatenate([parts[i] for i in self._parts[o]], axis=1)
                 self.values[o][j[:, None], slots[None, :]] = np.add.reduceat(values[:, index], starts, axis=1)
+            if self._stable_force:
+                parts[0] = scheme.stable_force_part(prob, q[j - 1], q[j], q[(j + 1) % n], j)
+            for o, (indices, index, starts, slots) in self._sweep_gather.items():
+                values = np.concatenate([parts[i] for i in indices], axis=1)
+                self.sweep_values[o][j[:, None], slots[None, :]] = np.add.reduceat(values[:, index], starts, axis=1)
         for o in self.offsets:
             if o not in self._matrix:
                 index_type = np.int32 if max(n * self.nnz, n * m) < 2 ** 31 else np.int64
@@ -136,9 +160,13 @@ class LoopOperator:
             else:
                 self._matrix[o].data = self.values[o].ravel()
 
-    def frame_part(self, o, j):
-        """S_o(j): the sparse part (m x m CSR) of row j's coefficient of q_{j+o}."""
-        return sp.csr_matrix((self.values[o][j], self.pattern_cols, self.indptr), shape=(self.m, self.m))
+    def frame_part(self, o, j, sweep=False):
+        """S_o(j): the sparse part (m x m CSR) of row j's coefficient of q_{j+o}; with ``sweep``, only the
+        parts the preconditioner's T keeps (zero if it keeps none at offset o)."""
+        if sweep and o not in self.sweep_values:
+            return sp.csr_matrix((self.m, self.m))
+        values = (self.sweep_values if sweep else self.values)[o]
+        return sp.csr_matrix((values[j], self.pattern_cols, self.indptr), shape=(self.m, self.m))
 
     def frame_jacobian(self, j):
         """-S_{+1}(j) (m x m CSR): the forces' stiffness in row j's leading block (the force Jacobian for
@@ -192,7 +220,7 @@ class LoopOperator:
             d += np.roll(column, o, axis=0)
         return self.restrict(d + self.penalty_diag)
 
-    def stiffness_bound(self, steps=80, seed=0):
+    def stiffness_bound(self, steps=80, seed=0, sweep=False):
         """Per residual row j, the largest eigenvalue of sym(-S_{+1}(j)) scaled by the inertia coefficient
         (C^-1/2 sym(-S_{+1}(j)) C^-1/2, C = coef[+1]): positive where the forces destabilize the implicit
         step (a compressed membrane buckling); zeros when the leading blocks have no sparse part. ``steps``
@@ -201,6 +229,9 @@ class LoopOperator:
         if 1 not in self.offsets:
             return np.zeros(n)
         K, s = self._matrix[1], 1.0 / np.sqrt(self.coef[1])
+        if sweep:
+            K = K.copy()
+            K.data = self.sweep_values[1].ravel() if 1 in self.sweep_values else np.zeros_like(K.data)
 
         def apply(V):                                  # row j: C^-1/2 sym(-S_{+1}(j)) C^-1/2 V[j]
             sv = s * V
@@ -236,9 +267,9 @@ class LoopOperator:
 
 class SweepPreconditioner:
     """(T^T B T)^{-1} by two sweeps over frames: T holds rows 1..N-2 of J (each solved for its latest
-    frame, a sparse LU per frame of its leading block A_{+1}(j); of the other sparse parts only the
-    symplectic scheme's own-frame force Jacobian) and the soft-constraint rows; the wrap rows N-1 and 0
-    are left out.
+    frame, a sparse LU per frame of its leading block A_{+1}(j); of the sparse parts only the operator's
+    ``sweep_values``: the force Jacobian, stabilized where the model can, and the velocity terms' dG/dv)
+    and the soft-constraint rows; the wrap rows N-1 and 0 are left out.
 
     Stabilized: where a frame's forces destabilize the implicit step (positive ``stiffness_bound``, e.g. a
     buckling membrane at a Gauss–Newton iterate), the sweep would amplify errors exponentially through
@@ -259,24 +290,23 @@ class SweepPreconditioner:
     def update(self):
         """Refactorize the per-frame leading blocks for the operator's current sparse parts."""
         op = self.op
-        bound = op.stiffness_bound()
+        bound = op.stiffness_bound(sweep=True)
         self.shifts = np.where((bound > 0) & (bound < _STABLE_ABOVE), _SHIFT_SAFETY * bound, 0.0)
         for f in self.sweep_frames:
             j = f - 1
             lead = sp.diags(op.coef[1] * (1.0 + self.shifts[j]))
             if 1 in op.offsets:
-                lead = lead + op.frame_part(1, j)
+                lead = lead + op.frame_part(1, j, sweep=True)
             # the block's pattern is symmetric: minimum degree on A + A^T, diagonal pivots preferred
             # (a 50 x 40 cloth: 17% less fill and 2.4x faster solves than the default COLAMD)
             self._lu[j] = spla.splu(sp.csc_matrix(lead), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.01,
                                     options={"SymmetricMode": True})
-        # T keeps the sparse parts where the force Jacobian is (the symplectic scheme's own frame; for
-        # "backward" and "linearized" the leading block above): the linearized scheme's Jacobian
-        # derivative and the velocity terms' couplings to earlier frames are left to the Krylov iteration.
-        # With them in T its sweep blew up (the README's flag from a crossfade: norm 1e18 over 96 steps, PCG
-        # at 0.97 relative residual after 300 iterations; without: norm 7e2, relative residual 0.1 in 126).
-        symplectic = op.prob.scheme == "symplectic" and 0 in op.offsets
-        self._blocks = {0: [op.frame_part(0, j) for j in range(op.n_steps)]} if symplectic else {}
+        # T keeps the operator's ``sweep_values``: the force Jacobian (stabilized where the model can) and the
+        # velocity terms' damping. With the exact Jacobian of Blender cloth (compressed springs, hinges) the
+        # sweep overflowed on 16 of 40 frames of the 150-vertex flag (scaled stiffness >= 4, not shifted);
+        # with the stabilized one no frame has a positive bound.
+        self._blocks = {o: [op.frame_part(o, j, sweep=True) for j in range(op.n_steps)]
+                        for o in (0, -1) if o in op.sweep_values}
 
     def _block(self, o, j, x, transpose=False):
         """T's A_o(j) x (or A_o(j)^T x): row j's coefficient of its frame j + o (o = 0, -1) times x."""

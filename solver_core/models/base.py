@@ -172,6 +172,15 @@ class Model(ForceTerm):
             return np.zeros((q.shape[0], 0))
         return np.concatenate([term.jacobian_values(q, t) for term in self.terms], axis=1)
 
+    def stable_jacobian_values(self, q, t):
+        """Values ``(B, nnz)`` of a stabilized dF/dq (terms with a ``stable_jacobian_values`` method drop the
+        parts that make an implicit step unstable, e.g. compressed springs); None if no term has one."""
+        if not any(hasattr(term, "stable_jacobian_values") for term in self.terms):
+            return None
+        q = np.asarray(q)
+        return np.concatenate([term.stable_jacobian_values(q, t) if hasattr(term, "stable_jacobian_values")
+                               else term.jacobian_values(q, t) for term in self.terms], axis=1)
+
     def jacobian_dot(self, q, t, s):
         """``dF/dq (q) s`` ``(B, n, 3)``: the force Jacobian at each configuration times ``s`` ``(B, n, 3)``."""
         q = np.asarray(q)
