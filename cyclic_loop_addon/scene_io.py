@@ -17,21 +17,14 @@ import numpy as np
 from . import limits, writeback
 from .errors import LoopInputError
 from .solver import sc
+from .vocabulary import ITERATIONS, MODELS, SCHEME_OF_MODEL, names
 
-MODELS = ("auto", "blender_cloth", "shell", "soft_body", "nbody")
 PIN_WEIGHT = 0.999      # Blender's SOFTGOALSNAP: goal weights from here on pin a vertex exactly
 BLENDER_GRAVITY_SCALE = 0.001  # Blender's cloth and soft body scale scene gravity by this
 BLENDER_WIND_SCALE = 0.02      # effector_scale of Blender's cloth face wind
 BLENDER_DRAG_SCALE = 0.01      # Blender's soft body media friction per unit velocity and setting
 CONTACT_LOAD = 100.0        # contact pushes out with this many vertex weights at the collider surface
 EXPLODED = 1000.0           # a cache spreading over this many times the rest size has blown up
-
-
-# The residual scheme of each model when the settings say "auto": Blender's cloth integrator takes one
-# linearized backward-Euler step per sub-step; stiff shells and soft bodies need an implicit scheme.
-SCHEME_OF_MODEL = {"blender_cloth": "linearized", "shell": "backward", "soft_body": "backward",
-                   "nbody": "symplectic"}
-SCHEMES = ("auto",) + sc.SCHEMES
 
 
 @dataclass
@@ -50,7 +43,7 @@ class LoopSettings:
     scheme: str = "auto"
     init: str = "fast_projection"
     substeps: int = 0
-    iterations: int = 50
+    iterations: int = ITERATIONS
     tolerance: float = sc.TOL
     soft: float = 0.0
     pin_group: str = ""
@@ -100,8 +93,8 @@ def gather(settings, context=None):
     """Read the scene into a ``Gathered`` (``.problem`` is the LoopProblem); raise LoopInputError on bad input."""
     context = context or bpy.context
     scene = context.scene
-    if settings.model not in MODELS:
-        raise LoopInputError(f"unknown model {settings.model!r}; choose one of {', '.join(MODELS)}")
+    if settings.model not in names(MODELS):
+        raise LoopInputError(f"unknown model {settings.model!r}; choose one of {', '.join(names(MODELS))}")
     limits.check_numbers(int(settings.iterations), int(settings.substeps), float(settings.soft),
                          float(settings.tolerance))
     objects = _chosen_objects(settings, context)
@@ -141,7 +134,7 @@ def _frame_range(settings, scene, objects):
     end = scene.frame_end if settings.frame_end is None else int(settings.frame_end)
     step = max(scene.frame_step, 1)
     count = limits.check_frames(start, end, step)
-    mod = _physics_modifier(objects[0]) if len(objects) == 1 and settings.model != "nbody" else None
+    mod = physics_modifier(objects[0]) if len(objects) == 1 and settings.model != "nbody" else None
     n, substeps, model = len(objects), int(settings.substeps) or 1, "nbody"
     if mod is not None and objects[0].type == "MESH":
         _check_cache_range(objects[0], mod, start, end)
@@ -154,9 +147,10 @@ def _frame_range(settings, scene, objects):
     return np.arange(start, end + 1, step)
 
 
-def _physics_modifier(obj):
-    for mod in obj.modifiers:
-        if mod.type in ("CLOTH", "SOFT_BODY"):
+def physics_modifier(obj):
+    """The object's Cloth or Soft Body modifier, or None."""
+    for mod in getattr(obj, "modifiers", ()):
+        if mod.type in {"CLOTH", "SOFT_BODY"}:
             return mod
     return None
 
@@ -336,7 +330,7 @@ def bake_cache(obj, mod, context=None):
 def _gather_mesh(obj, frames, settings, context):
     if obj.type != "MESH":
         raise LoopInputError(f"{obj.name!r} is a {obj.type.lower()}, not a mesh: select the simulated mesh")
-    mod = _physics_modifier(obj)
+    mod = physics_modifier(obj)
     if mod is None:
         raise LoopInputError(f"{obj.name!r} has no Cloth or Soft Body modifier (select several objects "
                              "to loop them as N bodies)")
@@ -589,7 +583,7 @@ def _parent_matrix(ev):
 
 def _gather_bodies(objects, frames, settings, context):
     for ob in objects:
-        if _physics_modifier(ob) is not None:
+        if physics_modifier(ob) is not None:
             raise LoopInputError(f"{ob.name!r} has mesh physics: select one simulated mesh, or several "
                                  "objects without Cloth / Soft Body for N bodies")
         _check_animated(ob, frames)

@@ -18,8 +18,7 @@ import numpy as np
 from . import files, solve, solve_process
 from .errors import LoopInputError, LoopSolveError
 from .solver import sc
-
-METHODS = ("physical", "crossfade")
+from .vocabulary import METHODS, names
 
 
 def crossfade_result(gathered, seconds):
@@ -55,8 +54,8 @@ class SolveJob:
     """
 
     def __init__(self, gathered, settings, method="physical", python=None):
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if method not in names(METHODS):
+            raise ValueError(f"method must be one of {names(METHODS)}, got {method!r}")
         self.gathered = gathered
         self.settings = settings
         self.method = method
