@@ -188,7 +188,7 @@ def main(argv):
         if task_files.check_skip_existing(args):
             _say(f"already done: {args.json} is newer than every output (--skip-existing)")
             return 0
-        with task_files.outputs_or_none(task_files.outputs(args), args.json, keep=args.blend or bpy.data.filepath):
+        with files.all_or_nothing(task_files.outputs(args), args.json, keep=args.blend or bpy.data.filepath):
             run(args)
     except SystemExit as exc:       # argparse: --help (0) or a usage error (2, already printed); SIGTERM: 143
         return exc.code if isinstance(exc.code, int) else 2
