@@ -173,8 +173,9 @@ class Model(ForceTerm):
         return np.concatenate([term.jacobian_values(q, t) for term in self.terms], axis=1)
 
     def stable_jacobian_values(self, q, t):
-        """Values ``(B, nnz)`` of a stabilized dF/dq (terms with a ``stable_jacobian_values`` method drop the
-        parts that make an implicit step unstable, e.g. compressed springs); None if no term has one."""
+        """Values ``(B, nnz)`` of a negative semi-definite stand-in for dF/dq, for preconditioners (terms with a
+        ``stable_jacobian_values`` method replace the parts that make an implicit step unstable, e.g.
+        compressed springs); None if no term has one."""
         if not any(hasattr(term, "stable_jacobian_values") for term in self.terms):
             return None
         q = np.asarray(q)
