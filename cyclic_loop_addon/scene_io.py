@@ -6,8 +6,10 @@ positions, colliders per frame, gravity and wind, and maps the Cloth / Soft Body
 solver model. Several selected objects without mesh physics are N bodies. The scene is left as it was
 (the current frame is restored); only ``settings.bake_missing`` bakes an unbaked cache first.
 
-Models are in seconds. Blender's cloth and soft body integrate in frames (times their speed setting)
-with gravity scaled by 0.001; their mapped models reproduce that, converted to seconds.
+This module only reads: it turns the scene into plain records (``sc.MeshScene``, ``sc.BodiesScene``) and
+refuses, in the user's terms, what cannot be looped. ``solver_core/blender_scene.py`` maps the records to
+models and the LoopProblem (in seconds: Blender's cloth and soft body integrate in frames, times their
+speed setting, with gravity scaled by 0.001; their mapped models reproduce that).
 """
 from dataclasses import dataclass, field
 
@@ -20,8 +22,6 @@ from .solver import sc
 from .vocabulary import ITERATIONS, MODELS, SCHEME_OF_MODEL, names
 
 PIN_WEIGHT = 0.999      # Blender's SOFTGOALSNAP: goal weights from here on pin a vertex exactly
-BLENDER_WIND_SCALE = 0.02      # effector_scale of Blender's cloth face wind
-CONTACT_LOAD = 100.0        # contact pushes out with this many vertex weights at the collider surface
 EXPLODED = 1000.0           # a cache spreading over this many times the rest size has blown up
 
 
@@ -272,28 +272,21 @@ def _colliders(obj, scene, settings, own_collection):
     return chosen
 
 
-def _collider_thickness(ob):
-    return ob.collision.thickness_outer if ob.collision else 0.02
-
-
-def _contact_terms(colliders, collider_frames, n, mass, gravity, extra_thickness, vertices=None):
-    """MeshContact terms with stiffness LOAD * |g| * m / thickness (in the model's own units)."""
-    g = np.linalg.norm(gravity) or 9.81
-    terms = []
-    for ob, frames in zip(colliders, collider_frames):
-        verts = np.array([f[0] for f in frames])
-        tris = frames[0][1]
-        verts = verts[0] if np.ptp(verts, axis=0).max() < 1e-9 else verts
-        thickness = _collider_thickness(ob) + extra_thickness
-        stiffness = CONTACT_LOAD * g * mass / thickness
-        terms.append(sc.MeshContact(n, verts, tris, stiffness=stiffness, thickness=thickness, vertices=vertices))
-    return terms
-
-
 def _collider_frame(ob, depsgraph):
     ev = ob.evaluated_get(depsgraph)
     co, _, tris, _ = _mesh_arrays(ev.data)
     return _world(co, np.array(ev.matrix_world)), tris
+
+
+def _collider_records(colliders, collider_frames):
+    """``sc.Collider`` records of the colliders from their (world vertices, tris) per frame."""
+    records = []
+    for ob, frames_of_ob in zip(colliders, collider_frames):
+        if len({(len(x), len(t)) for x, t in frames_of_ob}) > 1:
+            raise LoopInputError(f"collider {ob.name!r} changes topology over the range")
+        thickness = ob.collision.thickness_outer if ob.collision else 0.02
+        records.append(sc.Collider(np.array([x for x, _ in frames_of_ob]), frames_of_ob[0][1], thickness))
+    return records
 
 
 # ------------------------------------------------------------------------------------------------ meshes
@@ -325,7 +318,8 @@ def bake_cache(obj, mod, context=None):
         raise LoopInputError(f"baking the {mod.name} cache of {obj.name!r} failed")
 
 
-def _gather_mesh(obj, frames, settings, context):
+def _mesh_modifier(obj, settings):
+    """The physics modifier of ``obj`` and the model name it maps to, refusing what does not fit."""
     if obj.type != "MESH":
         raise LoopInputError(f"{obj.name!r} is a {obj.type.lower()}, not a mesh: select the simulated mesh")
     mod = physics_modifier(obj)
@@ -341,6 +335,11 @@ def _gather_mesh(obj, frames, settings, context):
     if not mod.show_viewport:
         raise LoopInputError(f"the {mod.name} modifier of {obj.name!r} is disabled in the viewport, so the "
                              "simulation does not play; enable it")
+    return mod, model
+
+
+def _gather_mesh(obj, frames, settings, context):
+    mod, model = _mesh_modifier(obj, settings)
     scene = context.scene
     notes = []
     _check_cache(obj, mod, frames, settings.bake_missing, context)
@@ -387,24 +386,22 @@ def _gather_mesh(obj, frames, settings, context):
     source = np.array([p[0] for p in per_frame])
     _check_source(obj, mod, source, rest_local, frames)
     matrices = np.array([p[1] for p in per_frame])
-    collider_frames = [[p[2][i] for p in per_frame] for i in range(len(colliders))]
-    for ob, frames_of_ob in zip(colliders, collider_frames):
-        if len({(len(x), len(t)) for x, t in frames_of_ob}) > 1:
-            raise LoopInputError(f"collider {ob.name!r} changes topology over the range")
+    collider_records = _collider_records(colliders, [[p[2][i] for p in per_frame] for i in range(len(colliders))])
     wind = np.array([np.sum(p[3], axis=0) for p in per_frame]) if winds else None
     rest = _world(rest_local, matrices[0])
     step = max(scene.frame_step, 1)
-
-    if model == "soft_body":
-        (dt, substeps, built), source = _soft_body(obj, physics, rest, tris, edges, source, scene, weights,
-                                                   colliders, collider_frames, step)
-    else:
-        dt, substeps, built = _cloth(model, physics, rest, faces, tris, scene, weights, colliders,
-                                     collider_frames, mod.collision_settings.distance_min, wind, step)
-    problem = _problem(built, source, dt, int(settings.substeps) or substeps, pins, settings, model)
+    if not cloth:
+        _check_closed(obj, rest, tris)
+    keys = sc.CLOTH_SETTINGS_DEFAULTS if cloth else sc.SOFT_BODY_SETTINGS
+    parts = sc.mesh_parts(sc.MeshScene(
+        model=model, physics={key: getattr(physics, key) for key in keys}, rest=rest, faces=faces, tris=tris,
+        edges=edges, source=source, fps=_fps(scene), frame_step=step, gravity=_gravity(scene, weights), wind=wind,
+        colliders=collider_records, collision_distance=mod.collision_settings.distance_min if cloth else 0.0,
+        pins=pins))
+    problem = _problem(parts, settings, model)
     _check_periodic_transform(obj, matrices, frames, step, context, notes)
     return Gathered(problem=problem, kind="mesh", model_name=model, object_names=[obj.name], frames=frames,
-                    frame_step=step, source=source, n_written=n,
+                    frame_step=step, source=parts.source, n_written=n,
                     to_local=np.linalg.inv(matrices)[None], edges=edges, physics_modifier=mod.name, notes=notes)
 
 
@@ -471,56 +468,20 @@ def _fps(scene):
     return scene.render.fps / scene.render.fps_base
 
 
-def _cloth(model, s, rest, faces, tris, scene, weights, colliders, collider_frames, distance, wind, step):
-    """(dt of one frame step, substeps, model) for Blender's cloth springs or the thin-shell cloth.
-
-    Blender's cloth runs in its own time unit (one frame per Speed Multiplier); its forces, gravity
-    (``sc.blender_gravity``) and face wind (0.02 x area x pressure) are turned into seconds by
-    ``sc.blender_cloth_problem_parts``' factor fps^2.
-    """
-    n = len(rest)
-    fps = _fps(scene)
-    gravity = _gravity(scene, weights)
-    if model == "blender_cloth":
-        physics = {key: getattr(s, key) for key in sc.CLOTH_SETTINGS_DEFAULTS}
-        built, dt, substeps = sc.blender_cloth_problem_parts(rest, faces, physics, fps, step, gravity)
-        gravity = sc.blender_gravity(gravity, fps)
-        coefficient = BLENDER_WIND_SCALE * fps ** 2
-    else:
-        built = sc.Cloth.cotton(rest, tris)
-        built = built.add(sc.Gravity(built.mass, gravity))
-        dt, substeps, coefficient = step / fps, step * max(int(s.quality), 1), 1.0
-    terms = []
-    if wind is not None:
-        terms.append(sc.Wind(n, tris, wind[0] if np.ptp(wind, axis=0).max() < 1e-12 else wind, coefficient))
-    terms += _contact_terms(colliders, collider_frames, n, built.mass, gravity, distance)
-    return dt, substeps, built.add(*terms)
-
-
-def _soft_body(obj, sb, rest, tris, edges, source, scene, weights, colliders, collider_frames, step):
-    """((dt, substeps, model), source on the tet mesh) for a Soft Body modifier (the mapping:
-    ``sc.blender_soft_body_problem_parts``), with its colliders."""
+def _check_closed(obj, rest, tris):
+    """Refuse a soft body whose surface is not closed: it has no volume to fill."""
     try:
         sc.tetmesh.check_closed_manifold(rest, tris)
     except ValueError as exc:
         raise LoopInputError(f"{obj.name!r} is not a closed surface, so it has no volume for a soft body "
                              f"model ({exc}); close the mesh or use cloth") from exc
-    fps, gravity = _fps(scene), _gravity(scene, weights)
-    physics = {key: getattr(sb, key) for key in sc.SOFT_BODY_SETTINGS}
-    built, dt, substeps, tet_verts, tets = sc.blender_soft_body_problem_parts(rest, tris, edges, physics, fps,
-                                                                              step, gravity)
-    terms = _contact_terms(colliders, collider_frames, len(tet_verts), built.mass, sc.blender_gravity(gravity, fps),
-                           0.0, vertices=np.arange(len(rest)))
-    filled = sc.tetmesh.fill_interior(tet_verts, tets, len(rest), source)
-    return (dt, substeps, built.add(*terms)), filled
 
 
-def _problem(model, source, dt, substeps, pins, settings, model_name):
+def _problem(parts, settings, model_name):
+    """The LoopProblem of ``parts`` (sc.LoopParts) with the settings' scheme, soft constraints, sub-steps."""
     scheme = SCHEME_OF_MODEL[model_name] if settings.scheme == "auto" else settings.scheme
     try:
-        return sc.LoopProblem(model, n_frames=len(source), dt=dt, r0=source[0], r1=source[1],
-                              scheme=scheme, eps0=settings.soft, eps1=settings.soft,
-                              pins=pins, pin_positions=source[:, pins], substeps=substeps)
+        return sc.problem_from_parts(parts, scheme, settings.soft, int(settings.substeps))
     except ValueError as exc:
         raise LoopInputError(f"the loop problem is invalid: {exc}") from exc
 
@@ -546,8 +507,7 @@ def _body_mass(ob, density):
     if ob.type != "MESH":
         raise LoopInputError(f"body {ob.name!r} has no 'mass' custom property and no mesh to take a volume from")
     co, _, tris, _ = _mesh_arrays(ob.data)
-    volume = abs(np.sum(np.einsum("ti,ti->t", co[tris[:, 0]], np.cross(co[tris[:, 1]], co[tris[:, 2]])))) / 6.0
-    volume *= abs(np.linalg.det(np.array(ob.matrix_world)[:3, :3]))
+    volume = abs(sc.tetmesh.enclosed_volume(co, tris)) * abs(np.linalg.det(np.array(ob.matrix_world)[:3, :3]))
     if not volume > 0:
         raise LoopInputError(f"body {ob.name!r} has no 'mass' custom property and encloses no volume")
     return density * volume
@@ -586,9 +546,9 @@ def _gather_bodies(objects, frames, settings, context):
     source = np.array([p[0] for p in per_frame])
     parents = np.array([p[1] for p in per_frame])            # (N, bodies, 4, 4)
     step = max(scene.frame_step, 1)
-    dt = step / _fps(scene)
-    model = sc.NBody(masses, G=settings.gravitational_constant, softening=settings.softening)
-    problem = _problem(model, source, dt, int(settings.substeps) or 1, np.zeros(0, np.int64), settings, "nbody")
+    bodies = sc.BodiesScene(masses, source, _fps(scene), step, G=settings.gravitational_constant,
+                            softening=settings.softening)
+    problem = _problem(sc.bodies_parts(bodies), settings, "nbody")
     return Gathered(problem=problem, kind="bodies", model_name="nbody", object_names=[ob.name for ob in objects],
                     frames=frames, frame_step=step, source=source, n_written=len(objects),
                     to_local=np.linalg.inv(parents).transpose(1, 0, 2, 3))

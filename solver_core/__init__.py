@@ -23,3 +23,5 @@ from . import tetmesh
 from . import memory
 from .models.blender_settings import (blender_cloth_problem_parts, blender_soft_body_problem_parts,
                                       blender_gravity, CLOTH_SETTINGS_DEFAULTS, SOFT_BODY_SETTINGS)
+from .blender_scene import (MeshScene, BodiesScene, Collider, mesh_parts, bodies_parts,
+                            problem_from_parts)
