@@ -63,10 +63,8 @@ class _Assembly:
 
 def _free_columns(prob):
     """(free flat DOF indices, map flat DOF -> free column or -1)."""
-    free = np.ones((prob.n_vertices, 3), dtype=bool)
-    free[prob.pins] = False
-    idx = np.flatnonzero(free.ravel())
-    col_of = np.full(free.size, -1, dtype=np.int64)
+    idx = np.flatnonzero(np.repeat(prob.free_vertices(), 3))
+    col_of = np.full(3 * prob.n_vertices, -1, dtype=np.int64)
     col_of[idx] = np.arange(idx.size)
     return idx, col_of
 
@@ -381,8 +379,7 @@ class Linearization:
 def mismatch(prob, q):
     """G = |q_L - r0|^2 / 2 + |q_{L+1} - r1|^2 / 2 over free vertices, L = n_steps (eq. 26)."""
     L = prob.n_steps
-    free = np.ones(prob.n_vertices, dtype=bool)
-    free[prob.pins] = False
+    free = prob.free_vertices()
     return 0.5 * float(np.sum((q[L, free] - prob.r0[free]) ** 2) + np.sum((q[L + 1, free] - prob.r1_step[free]) ** 2))
 
 

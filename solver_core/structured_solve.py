@@ -61,9 +61,7 @@ class LoopOperator:
         self.prob = prob
         n_steps = prob.n_steps
         dof = 3 * prob.n_vertices
-        active = np.ones((prob.n_vertices, 3), dtype=bool)
-        active[prob.pins] = False
-        self.active = np.flatnonzero(active.ravel())
+        self.active = np.flatnonzero(np.repeat(prob.free_vertices(), 3))
         m = self.m = self.active.size
         self.n_steps = n_steps
         hard0, hard1 = prob.hard()
