@@ -8,6 +8,7 @@ from .forward import simulate, SimulationFailed
 from .fast_projection import fast_projection, FastProjectionDiverged
 from .gauss_newton import GaussNewton
 from .loop import make_loop, LoopResult, TOL
+from .result import Result, halts
 from .baselines import forward_loop, crossfade_loop
 from .metrics import loop_metrics
 from .io import save_problem, load_problem, save_result, load_result

@@ -128,9 +128,9 @@ _RESULT_ARRAYS = ("q", "q_steps", "initial_guess")
 
 def save_result(path, res):
     """Save a LoopResult to ``path`` (.npz)."""
-    fields = {k: v for k, v in vars(res).items() if k not in _RESULT_ARRAYS}
+    fields = {k: v for k, v in res.items() if k not in _RESULT_ARRAYS}
     meta = dict(kind="result", format_version=FORMAT_VERSION, **fields)
-    arrays = {k: getattr(res, k) for k in _RESULT_ARRAYS}
+    arrays = {k: res[k] for k in _RESULT_ARRAYS}
     arrays["meta"] = np.array(json.dumps(meta, default=float))
     _write_npz(path, arrays)
 
