@@ -37,6 +37,7 @@ from .errors import LoopInputError, LoopSolveError, LoopWriteError
 from .files import atomic_path
 from .solver import sc
 from .outputs import OUTPUTS
+from .vocabulary import ITERATIONS, MODELS, SCHEMES, names
 
 
 def _parser():
@@ -47,13 +48,13 @@ def _parser():
     p.add_argument("--frames", nargs=2, type=int, metavar=("A", "B"), help="loop frames A..B (default: scene range)")
     for out in OUTPUTS:
         p.add_argument(f"--{out.name}", metavar=out.metavar, help=out.help)
-    p.add_argument("--model", choices=scene_io.MODELS, default="auto")
-    p.add_argument("--init", choices=solve.INITS, default="fast_projection")
-    p.add_argument("--scheme", choices=scene_io.SCHEMES, default="auto",
+    p.add_argument("--model", choices=names(MODELS), default="auto")
+    p.add_argument("--init", choices=sc.CLIP_INITS, default="fast_projection")
+    p.add_argument("--scheme", choices=names(SCHEMES), default="auto",
                    help="residual scheme (auto: linearized for Blender cloth, backward for shells and soft "
                         "bodies, symplectic for N bodies)")
     p.add_argument("--substeps", type=int, default=0, help="solver steps per frame (0: from the physics quality)")
-    p.add_argument("--iterations", type=int, default=50, help="maximum Gauss-Newton iterations")
+    p.add_argument("--iterations", type=int, default=ITERATIONS, help="maximum Gauss-Newton iterations")
     p.add_argument("--tol", type=float, default=sc.TOL,
                    help="Gauss-Newton tolerance: relative loss decrease per iteration that counts as converged")
     p.add_argument("--soft", type=float, default=0.0, metavar="EPS",
@@ -113,7 +114,7 @@ def _check_outputs(args):
 def _check_objects(args):
     if args.object:
         return
-    simulated = [ob.name for ob in bpy.data.objects if scene_io._physics_modifier(ob) is not None]
+    simulated = [ob.name for ob in bpy.data.objects if scene_io.physics_modifier(ob) is not None]
     raise LoopInputError("give the simulated object with --object NAME (repeat it for N bodies); objects with "
                          f"Cloth or Soft Body in this file: {', '.join(simulated) or 'none'}")
 
@@ -168,7 +169,7 @@ def run(args):
     with files.all_or_nothing():        # every output complete, or none of them
         _write(args, gathered, result.q, rep)
     _say("wrote " + ", ".join(getattr(args, o.name) for o in OUTPUTS if getattr(args, o.name)))
-    for line in solve.format_report(rep):
+    for line in sc.format_report(rep):
         _say(line)
     return rep
 

@@ -19,15 +19,11 @@ import bpy
 
 from . import export, files, gltf, guard, scene_io, vat, web_preview, writeback
 from .errors import LoopError, LoopInputError
-from .outputs import BY_NAME
+from .outputs import PANEL
 from .properties import fill_from_physics
 from .worker import SolveJob, progress_fraction
 
 TIMER_SECONDS = 0.1
-# the panel's file outputs (properties.OUTPUTS) as bake outputs (outputs.OUTPUTS, which names their extensions)
-PANEL_OUTPUTS = {"ALEMBIC": "abc", "PC2": "pc2", "VAT": "vat", "GLTF": "glb", "WEB": "html"}
-OUTPUT_NAMES = {"ALEMBIC": "the Alembic file", "PC2": "the PC2 file", "VAT": "the VAT folder",
-                "GLTF": "the glTF file", "WEB": "the web page"}
 _job = None     # the running SolveJob: one solve at a time
 TARGETS = "cyclic_loop_targets"     # scene ID property: the objects of the running solve (ID pointers)
 LOOPED = "cyclic_loop_looped"       # scene ID property: the object of the last written loop
@@ -51,7 +47,7 @@ def loop_settings(obj, settings, context):
 def output_path(settings):
     """Absolute output file of a file output, with its extension (a VAT's folder: the path as it is)."""
     path = bpy.path.abspath(settings.filepath)
-    ext = BY_NAME[PANEL_OUTPUTS[settings.output]].extension
+    ext = PANEL[settings.output][0].extension
     return path if path.lower().endswith(ext) else path + ext
 
 
@@ -184,7 +180,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         options = loop_settings(obj, settings, context)
         try:
             if settings.output != "SHAPE_KEYS":
-                guard.check_outputs([(OUTPUT_NAMES[settings.output], output_path(settings),
+                guard.check_outputs([(PANEL[settings.output][1], output_path(settings),
                                       settings.output == "VAT")])
             gathered = scene_io.gather(options, context)
         except LoopError as exc:

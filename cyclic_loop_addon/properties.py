@@ -3,42 +3,9 @@ import bpy
 from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, PointerProperty,
                        StringProperty)
 
-MODELS = (
-    ("auto", "From Physics", "The model of the object's physics: Blender cloth springs, soft body, "
-     "or N bodies when several objects are selected"),
-    ("blender_cloth", "Cloth (Blender springs)", "Blender's cloth spring model with its settings"),
-    ("shell", "Cloth (thin shell)", "FEM membrane and discrete-shell bending (cotton)"),
-    ("soft_body", "Soft Body", "Tetrahedral FEM from the Soft Body settings"),
-    ("nbody", "N Bodies", "The selected objects are bodies under mutual gravity"),
-)
-SCHEMES = (
-    ("auto", "From Physics", "Linearized for Blender cloth, backward Euler for thin shells and soft bodies, "
-     "symplectic for N bodies"),
-    ("linearized", "Linearized (Blender)", "Residual of one linearized backward-Euler step, the integrator of "
-     "Blender's cloth: the loop keeps the character of a Blender cloth cache"),
-    ("backward", "Backward Euler", "Residual of backward Euler (paper eq. 13)"),
-    ("symplectic", "Symplectic Euler", "Residual of the symplectic scheme (paper eq. 14)"),
-)
-INITS = (
-    ("fast_projection", "Fast Projection", "Keyframe control by fast projection (paper Algorithm 2)"),
-    ("forward", "Forward Simulation", "The forward simulation itself"),
-    ("crossfade", "Crossfade", "A crossfade of the solver's forward simulation"),
-    ("cache", "Blender Cache", "A crossfade of Blender's cached simulation"),
-)
-METHODS = (
-    ("physical", "Physical Loop", "Minimize the residual force around the loop (the paper's method)"),
-    ("crossfade", "Crossfade (baseline)", "Plain crossfade of the simulation, for comparison"),
-)
-OUTPUTS = (
-    ("SHAPE_KEYS", "Shape Keys", "Shape keys keyed to play the loop cyclically"),
-    ("ALEMBIC", "Alembic", "An .abc cache (Unreal Geometry Cache, Unity Alembic)"),
-    ("PC2", "PC2", "A .pc2 point cache read by a Mesh Cache modifier"),
-    ("VAT", "Vertex Animation Texture", "A folder with position and normal textures (16-bit PNG and half EXR), "
-     "their JSON and the mesh with a VAT UV map (Unreal, Unity, Godot, three.js shaders)"),
-    ("GLTF", "glTF (GLB)", "A .glb with the loop as morph-target animation (three.js, Babylon.js, Godot, "
-     "Unity, Unreal)"),
-    ("WEB", "Web Preview", "A self-contained .html page playing the loop beside the cache (three.js)"),
-)
+from .outputs import PANEL_OUTPUTS
+from .scene_io import physics_modifier
+from .vocabulary import INITS, ITERATIONS, METHODS, MODELS, SCHEMES
 
 
 class CyclicLoopSettings(bpy.types.PropertyGroup):
@@ -64,14 +31,14 @@ class CyclicLoopSettings(bpy.types.PropertyGroup):
                                description="Keep the first two frames exactly (off: soft penalty)")
     soft_weight: FloatProperty(name="Softness", default=1e-3, min=1e-9, soft_max=1.0, precision=6,
                                description="Penalty epsilon of soft initial conditions (eq. 15)")
-    max_iters: IntProperty(name="Iterations", default=50, min=1, max=10000,
+    max_iters: IntProperty(name="Iterations", default=ITERATIONS, min=1, max=10000,
                            description="Gauss-Newton iteration limit")
     gravitational_constant: FloatProperty(name="G", default=1.0, min=0.0,
                                           description="Gravitational constant of N bodies")
     softening: FloatProperty(name="Softening", default=0.0, min=0.0, description="N-body softening length")
     density: FloatProperty(name="Density", default=1000.0, min=1e-6,
                            description="N-body density: mass = density x mesh volume")
-    output: EnumProperty(name="Output", items=OUTPUTS, default="SHAPE_KEYS")
+    output: EnumProperty(name="Output", items=[out[:3] for out in PANEL_OUTPUTS], default="SHAPE_KEYS")
     filepath: StringProperty(name="File", subtype="FILE_PATH", default="//loop",
                              description="Output file (extension added) or, for a vertex animation texture, folder")
 
@@ -96,14 +63,6 @@ class CyclicLoopRun(bpy.types.PropertyGroup):
     residual: FloatProperty(default=0.0)
     seconds: FloatProperty(default=0.0)
     iterations: IntProperty(default=0)
-
-
-def physics_modifier(obj):
-    """The object's Cloth or Soft Body modifier, or None."""
-    for mod in getattr(obj, "modifiers", ()):
-        if mod.type in {"CLOTH", "SOFT_BODY"}:
-            return mod
-    return None
 
 
 # The first part of a physics cache is its settle from rest (a flag starts flat and still): not part of a

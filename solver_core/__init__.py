@@ -7,8 +7,10 @@ from .residual import residual, loss
 from .forward import simulate, SimulationFailed
 from .fast_projection import fast_projection, FastProjectionDiverged
 from .gauss_newton import GaussNewton
-from .loop import make_loop, LoopResult, TOL
+from .loop import make_loop, LoopResult, TOL, MAX_ITERS, INITS
 from .result import Result, halts
+from .clip_loop import loop_clip, check_init, LoopFailed, CLIP_INITS
+from .report import loop_report, format_report, progress_line, parse_progress, versions
 from .baselines import forward_loop, crossfade_loop
 from .metrics import loop_metrics
 from .io import save_problem, load_problem, save_result, load_result
@@ -19,4 +21,5 @@ from .models.softbody import SoftBody, ElasticTetTerm
 from .models.contact import FloorContact, SphereContact, MeshContact
 from . import tetmesh
 from . import memory
-from .models.blender_settings import blender_cloth_problem_parts, CLOTH_SETTINGS_DEFAULTS
+from .models.blender_settings import (blender_cloth_problem_parts, blender_soft_body_problem_parts,
+                                      blender_gravity, CLOTH_SETTINGS_DEFAULTS, SOFT_BODY_SETTINGS)

@@ -21,12 +21,13 @@ RACE_ITERATIONS = 10
 # Gauss–Newton's default tolerance: a relative loss decrease per iteration below this is convergence (at
 # 1e-8 the wobbly bar (scale 0.25) ran into a 300-iteration cap while falling by 1e-7 per iteration).
 TOL = 1e-6
+MAX_ITERS = 200        # make_loop's default cap on Gauss–Newton iterations
 SEAMLESS_RATIO = 1.5   # a wrap whose jumps are within this factor of the median frame boundary cannot be seen
 
 
 class LoopResult(Result):
     """The loop and how it was found: a ``Result`` whose ``x`` is ``q``, ``nit`` the iterations of both
-    phases and ``seconds`` their time.
+    phases and ``seconds`` their time (the sum of ``fast_projection_seconds`` and ``gauss_newton_seconds``).
 
     q: (n_frames, n, 3) the loop at the frame rate; q_steps: (n_steps, n, 3) on the solver grid;
     initial_guess: (n_steps, n, 3) where Gauss–Newton started; history: per-iteration dicts (phase,
@@ -44,6 +45,7 @@ class LoopResult(Result):
                          initial_loss=float("nan"), final_loss=float("nan"), status=NO_PROGRESS, success=False,
                          message="", metrics={})
         self.update(fields)
+        self.setdefault("seconds", self.fast_projection_seconds + self.gauss_newton_seconds)
 
     @property
     def x(self):
@@ -52,10 +54,6 @@ class LoopResult(Result):
     @property
     def nit(self):
         return self.fast_projection_iterations + self.gauss_newton_iterations
-
-    @property
-    def seconds(self):
-        return self.fast_projection_seconds + self.gauss_newton_seconds
 
 
 def _guesses(guesses, reason="", phase=None, seconds=0.0):
@@ -91,7 +89,7 @@ def _initial_guess(prob, init, callback):
     return _guesses({init: crossfade_loop(clip) if init == "crossfade" else clip})
 
 
-def make_loop(prob, init="fast_projection", max_iters=200, tol=TOL, callback=None, backend="auto"):
+def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto"):
     """Solve the loop problem ``prob`` and return a LoopResult.
 
     ``init``: "fast_projection" (when it fails, the reason is in ``fallback_reason`` and Gauss–Newton
@@ -164,7 +162,8 @@ def _run_on(gn, run, iterations, tol, callback):
 
 
 def _verdict(prob, res, history, max_iters):
-    """Set ``metrics``, ``status``, ``success`` and ``message`` of a finished (or cancelled) run."""
+    """Set ``metrics``, ``seconds``, ``status``, ``success`` and ``message`` of a finished (or cancelled) run."""
+    res.seconds = res.fast_projection_seconds + res.gauss_newton_seconds
     res.metrics = dict(initial=loop_metrics(prob, res.initial_guess), loop=loop_metrics(prob, res.q_steps))
     before, after = res.metrics["initial"], res.metrics["loop"]
     wrap = (f"wrap velocity jump {after['velocity_jump_ratio']:.3g}x and position jump "
