@@ -384,11 +384,11 @@ class Linearization:
         if self._S is None:
             self._build()
         m = last.shape[-1]
-        k = self.n_states - 1
-        lam = {k - 1: last[0].reshape(-1, m)[self.free], k: last[1].reshape(-1, m)[self.free]}
+        end = self.n_states - 1
+        lam = {end - 1: last[0].reshape(-1, m)[self.free], end: last[1].reshape(-1, m)[self.free]}
         w = np.repeat(weight, 3)[self.free][:, None]
         gram = np.zeros((m, m))
-        for k in range(k, 1, -1):
+        for k in range(end, 1, -1):
             j = k - 1
             z = self._S[j].solve(np.asfortranarray(lam.pop(k)), trans="T")
             gram += z.T @ (w * z)
