@@ -24,17 +24,14 @@ if __name__ == "__main__":  # run as a script by Blender or Python: import the p
 
 import argparse
 import importlib.util
-import json
 import signal
 import time
 import traceback
 
 import bpy
 
-from . import (export, files, gltf, guard, limits, preview, scene_io, solve, task_files, vat, web_preview,
-               writeback)
+from . import files, gltf, limits, pipeline, scene_io, task_files
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
-from .files import atomic_path
 from .solver import sc
 from .outputs import OUTPUTS
 from .vocabulary import ITERATIONS, MODELS, SCHEMES, names
@@ -96,7 +93,8 @@ def _settings(args):
 
 
 def _check_outputs(args):
-    """Refuse a bake with nothing to write, or whose outputs would destroy an input or each other."""
+    """Refuse a bake with nothing to write, or with an output this Blender cannot write (the guard against
+    outputs that would destroy an input or each other is ``pipeline.prepare``'s)."""
     if not any(getattr(args, out.name) for out in OUTPUTS if out.product):
         raise LoopInputError("nothing to write: give " + ", ".join(f"--{o.name}" for o in OUTPUTS if o.product))
     if args.abc and "alembic_export" not in dir(bpy.ops.wm):
@@ -107,8 +105,6 @@ def _check_outputs(args):
     if args.preview and importlib.util.find_spec("matplotlib") is None:
         raise LoopInputError("--preview needs matplotlib in Blender's Python: install it there or leave out "
                              "--preview")
-    guard.check_outputs([(f"--{out.name}", getattr(args, out.name), out.folder) for out in OUTPUTS
-                         if getattr(args, out.name)], overwrite=args.overwrite, may_replace_input=("--output",))
 
 
 def _check_objects(args):
@@ -139,18 +135,19 @@ def _progress(start):
     def callback(info):
         _say(f"{info['phase']} iteration {info['iteration']}: loss {info['loss']:.6g} "
              f"({time.perf_counter() - start:.1f} s)")
-        return False
     return callback
 
 
 def run(args):
-    """Gather, solve, write and export as ``args`` say; returns the report dict."""
+    """Gather, solve, write and export as ``args`` say (pipeline.py); returns the report dict."""
     source = _open(args)
     _check_outputs(args)
     _check_objects(args)
     settings = _settings(args)
+    paths = {out.name: (getattr(args, out.name), f"--{out.name}") for out in OUTPUTS if getattr(args, out.name)}
     _say(f"gathering from {source}")
-    gathered = scene_io.gather(settings)
+    job = pipeline.prepare(settings, paths, overwrite=args.overwrite, may_replace_input=("--output",))
+    gathered = job.gathered
     prob = gathered.problem
     need = limits.estimate_bytes(prob.n_frames, prob.substeps, prob.n_vertices, prob.scheme,
                                  gathered.model_name == "blender_cloth")
@@ -164,52 +161,13 @@ def run(args):
     for note in gathered.notes:
         _say(f"note: {note}")
     _say(f"solving (init {settings.init}, scheme {gathered.problem.scheme}, up to {settings.iterations} iterations)")
-    result = solve.solve(gathered, settings, callback=_progress(time.perf_counter()))
-    rep = solve.report(gathered, result)
+    job.on_progress = _progress(time.perf_counter())
     with files.all_or_nothing():        # every output complete, or none of them
-        _write(args, gathered, result.q, rep)
+        pipeline.run(job, paths, keys=bool(args.output), attach=bool(args.output))
     _say("wrote " + ", ".join(getattr(args, o.name) for o in OUTPUTS if getattr(args, o.name)))
-    for line in sc.format_report(rep):
+    for line in sc.format_report(job.report):
         _say(line)
-    return rep
-
-
-def _write(args, gathered, q, rep):
-    """Write the loop ``q`` and the report ``rep`` to every output the options name."""
-    if args.output:
-        writeback.write_back(gathered, q)
-    if args.abc:
-        try:
-            export.export_alembic(gathered, q, args.abc)
-        except RuntimeError as exc:     # Blender's exporter reports its own failures this way
-            raise LoopWriteError(f"could not write the --abc {args.abc}: {exc}. Nothing was written there") from exc
-    if args.preview:
-        preview.save_preview(gathered, q, args.preview)
-    for path, write in ((args.vat, vat.export_vat), (args.glb, gltf.export_gltf), (args.html, web_preview.write_page)):
-        if path:
-            write(gathered, q, path)
-    if args.pc2:   # after the Alembic export: the file it plays appears when all outputs do
-        export.export_pc2(gathered, q, args.pc2, attach=bool(args.output))
-        if args.output:  # relative to the open file; saving --output remaps it relative to the saved one
-            relative = os.path.relpath(os.path.abspath(args.pc2), os.path.dirname(bpy.data.filepath))
-            bpy.data.objects[gathered.object_names[0]].modifiers[writeback.CACHE_MODIFIER].filepath = "//" + relative
-    if args.output:
-        with atomic_path(args.output, "--output", verify=_loadable) as tmp:
-            try:
-                bpy.ops.wm.save_as_mainfile(filepath=tmp, copy=True, compress=True)
-            except RuntimeError as exc:
-                raise LoopWriteError(f"could not write the --output {args.output}: {exc}. Nothing was written "
-                                     "there") from exc
-    if args.json:
-        with atomic_path(args.json, "--json") as tmp, open(tmp, "w") as f:
-            json.dump(rep, f, indent=2)
-
-
-def _loadable(path):
-    """Raise OSError unless Blender can read ``path`` back (it lists the file's data without loading it)."""
-    with bpy.data.libraries.load(path) as (data_from, _):
-        if not data_from.scenes:
-            raise ValueError("the saved file holds no scene")
+    return job.report
 
 
 def _fail(message, status, exc=None, debug=False):
@@ -230,7 +188,7 @@ def main(argv):
         if task_files.check_skip_existing(args):
             _say(f"already done: {args.json} is newer than every output (--skip-existing)")
             return 0
-        with task_files.outputs_or_none(task_files.outputs(args), args.json, keep=args.blend or bpy.data.filepath):
+        with files.all_or_nothing(task_files.outputs(args), args.json, keep=args.blend or bpy.data.filepath):
             run(args)
     except SystemExit as exc:       # argparse: --help (0) or a usage error (2, already printed); SIGTERM: 143
         return exc.code if isinstance(exc.code, int) else 2

@@ -66,6 +66,7 @@ class SolveJob:
         self.error = None
         self.where = None
         self.notes = []
+        self.on_progress = None     # also called with each progress dict (from the solving thread)
         self.folder = None          # the child's job folder while it runs (removed afterwards)
         self.child_pid = None
         self._finished = threading.Event()
@@ -119,8 +120,13 @@ class SolveJob:
                 return items
 
     def _callback(self, info):
-        self._progress.put(dict(phase=info["phase"], iteration=int(info["iteration"]), loss=float(info["loss"])))
+        self._post(dict(phase=info["phase"], iteration=int(info["iteration"]), loss=float(info["loss"])))
         return self._cancel.is_set()
+
+    def _post(self, info):
+        self._progress.put(info)
+        if self.on_progress is not None:
+            self.on_progress(info)
 
     def _solve(self):
         t0 = time.perf_counter()
@@ -185,7 +191,7 @@ class SolveJob:
                 for line in child.stdout:
                     info = sc.parse_progress(line)
                     if info is not None:
-                        self._progress.put(info)
+                        self._post(info)
                     else:
                         output.append(line)
                 status = child.wait()
