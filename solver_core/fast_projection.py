@@ -9,12 +9,19 @@ onto the linearized *vector* constraint r(u) + J du = 0 in the M^-1 norm of the 
 
     du = -M J^T (J M J^T)^-1 r,
 
-a minimum-norm Gauss–Newton step (Newton–Krylov shooting) solved by LSQR on J M^1/2, whose products
-are one tangent-linear and one adjoint simulation (``forward.Linearization``), truncated after a few
-dozen iterations (which also regularizes the directions the controls barely reach), Levenberg–Marquardt
-damped when the linear model overpromises, and backtracked on G. r holds the position and the velocity
-mismatch at the wrap, each in units of the forward clip's median per-step change (so they weigh as the
-wrap's jump ratios do; the paper's G weighs the velocity mismatch by h only).
+a minimum-norm Gauss–Newton step (Newton shooting). Up to GRAM_MAX_ROWS closure rows it is exact: the
+Gram matrix J M J^T comes from one block adjoint sweep (``forward.Linearization.gram``) and its
+eigendecomposition gives the step for every Levenberg–Marquardt shift, chosen to fit a trust region in
+the M^-1 norm; beyond, LSQR on J M^1/2 (tangent-linear and adjoint sweeps), truncated and shortened to
+the trust region. r holds the position mismatch at the wrap and the mismatch of the per-step change (the
+velocity times h, as in the paper's G), both in units of the forward clip's median per-step change.
+Measured at scale 0.25 (G/G(0) reached, iterations): weighing the velocity mismatch by its own median
+change instead (the wrap's jump ratio) made G strongly nonlinear in the controls (the flag's velocity part
+rose fourfold along a step whose linear model lowered it tenfold): flag 3.5e-3 stalled after 10, swinging
+cloth 9e-4 stalled; with the per-step change, LSQR (40 iterations, backtracking) flag 1.9e-4 stalled after
+17 in 54 s, swinging cloth 1.4e-3 stalled; exact steps flag 6e-7 converged after 13 in 9 s, swinging cloth
+1.1e-4 (its closure is not smooth below: the trial G jumps along a step), doughnut 2e-8 after 7, wobbly
+bar 3e-10 after 14.
 """
 import time
 
@@ -35,7 +42,8 @@ def _rms(x):
 
 
 class _Closure:
-    """The closure residual r(q) = (q_L - r0, (q_{L+1} - q_L) - (r1 - r0)) / scales on the free vertices."""
+    """The closure residual r(q) = (q_L - r0, (q_{L+1} - q_L) - (r1 - r0)) / scale on the free vertices, scale
+    the clip's median per-step change."""
 
     def __init__(self, prob, clip):
         self.prob = prob
@@ -44,82 +52,141 @@ class _Closure:
         free[prob.pins] = False
         self.free = free
         step = np.diff(clip[:self.L + 1, free], axis=0)
-        self.position_scale = max(float(np.median(_rms(step))), 1e-300)
-        self.velocity_scale = max(float(np.median(_rms(np.diff(step, axis=0)))), 1e-300)
+        self.scale = max(float(np.median(_rms(step))), 1e-300)
 
     def residual(self, q):
         """r (2, k, 3) of a trajectory q (L + 2 states)."""
         p = self.prob
         pos = q[self.L, self.free] - p.r0[self.free]
         vel = (q[self.L + 1, self.free] - q[self.L, self.free]) - (p.r1_step[self.free] - p.r0[self.free])
-        return np.stack([pos / self.position_scale, vel / self.velocity_scale])
+        return np.stack([pos, vel]) / self.scale
 
     def merit(self, r):
-        """G = |r|^2 / 2 per free vertex: sqrt(2 G) is the RMS mismatch in units of the clip's median change."""
+        """G = |r|^2 / 2 per free vertex: sqrt(2 G) is the RMS mismatch in units of the clip's median per-step change."""
         return 0.5 * float(np.sum(r * r)) / r.shape[1]
 
     def jumps(self, q):
         """(RMS position mismatch in m, RMS velocity mismatch in m/s) at the wrap."""
         rms = _rms(self.residual(q))
-        return float(rms[0] * self.position_scale), float(rms[1] * self.velocity_scale / self.prob.h)
+        return float(rms[0] * self.scale), float(rms[1] * self.scale / self.prob.h)
 
     def tangent(self, dq):
         """J dq: the residual's variation (2, k, 3) for a state variation dq (L + 2, n, 3)."""
         dp, dn = dq[self.L, self.free], dq[self.L + 1, self.free]
-        return np.stack([dp / self.position_scale, (dn - dp) / self.velocity_scale])
+        return np.stack([dp, dn - dp]) / self.scale
 
     def sensitivity(self, y, shape):
         """J^T y on the states: (L + 2, n, 3) zeros but at L and L + 1."""
         out = np.zeros(shape)
-        out[self.L, self.free] = y[0] / self.position_scale - y[1] / self.velocity_scale
-        out[self.L + 1, self.free] = y[1] / self.velocity_scale
+        out[self.L, self.free] = (y[0] - y[1]) / self.scale
+        out[self.L + 1, self.free] = y[1] / self.scale
         return out
 
 
-def _projection_step(closure, lin, r, mass, iters, tol, damp):
-    """du = -M J^T (J M J^T + damp^2)^-1 r by LSQR on J M^1/2 (so |du|_{M^-1} is the iterate's norm; the
-    linear model's closure residual |r + J du| falls monotonically with the iterations; ``damp``: the
-    Levenberg–Marquardt damping). Returns (du, LSQR iterations, |r + J du| / |r| in the linear model,
-    LSQR's estimate of |J M^1/2|)."""
-    shape = (closure.L + 2, mass.size, 3)
-    root = np.sqrt(mass)[None, :, None]
-    controls_shape = (closure.L + 1, mass.size, 3)
+# Up to this many closure rows (6 per free vertex) the projection solves with the closure's Gram matrix J M J^T,
+# formed by one block adjoint sweep and eigendecomposed: exact at every damping. Measured on the swinging cloth
+# (scale 0.25, 180 rows, velocity weighed by its own median change): cond(J M^1/2) = 5.7e4, and 40 / 400 LSQR
+# iterations left 30-80% / 10-30% of the linear model's residual. Cost at scale 1: swinging cloth 660 rows
+# 11 s (one forward simulation 6.6 s), ribbons 1,404 rows 14 s (11 s). Beyond, LSQR (memory O(rows^2)).
+GRAM_MAX_ROWS = 3000
+_MU0 = 1e-3     # the first trust radius: the step damped by this fraction of the Gram matrix's largest eigenvalue
 
-    def matvec(x):
-        dc = root * x.reshape(controls_shape)
-        dc[0] = 0.0                                   # row 0 is not an equation
-        return closure.tangent(lin.tangent(dc)).ravel()
 
-    def rmatvec(y):
-        g = lin.adjoint(closure.sensitivity(y.reshape(r.shape), shape))
+class _GramStep:
+    """Projection steps from the eigendecomposition of the Gram matrix J M J^T: for a trust radius, the
+    Levenberg–Marquardt shift that makes |du|_{M^-1} equal to it (exact at every shift)."""
+
+    def __init__(self, closure, lin, r, mass):
+        k = r.shape[1]
+        m = r.size
+        eye = np.eye(m).reshape(2, k, 3, m)
+        last = np.zeros((2, mass.size, 3, m))
+        last[0, closure.free] = (eye[0] - eye[1]) / closure.scale
+        last[1, closure.free] = eye[1] / closure.scale
+        lam, self.V = np.linalg.eigh(lin.gram(last, mass))
+        self.lam = np.maximum(lam, 0.0)
+        self.scale = max(float(self.lam[-1]), 1e-300)
+        self.c = self.V.T @ r.ravel()
+        self.closure, self.lin, self.r, self.mass = closure, lin, r, mass
+
+    def _norm(self, shift):
+        return float(np.sqrt(np.sum(self.lam * (self.c / (self.lam + shift)) ** 2)))
+
+    def __call__(self, radius):
+        """(du, |r + J du| / |r| in the linear model, Krylov iterations (0), |du|_{M^-1}) for the trust
+        radius ``radius`` (None: damped by _MU0 of the largest eigenvalue)."""
+        lo, hi = 1e-12 * self.scale, 1e6 * self.scale
+        if radius is None:
+            shift = _MU0 * self.scale
+        elif self._norm(lo) <= radius:
+            shift = lo
+        else:                                              # |du| falls as the shift grows: bisect on log(shift)
+            for _ in range(60):
+                shift = np.sqrt(lo * hi)
+                lo, hi = (shift, hi) if self._norm(shift) > radius else (lo, shift)
+            shift = hi
+        y = self.V @ (self.c / (self.lam + shift))
+        shape = (self.closure.L + 2, self.mass.size, 3)
+        g = self.lin.adjoint(self.closure.sensitivity(y.reshape(self.r.shape), shape))
         g[0] = 0.0
-        return (root * g).ravel()
+        left = shift * self.c / (self.lam + shift)
+        return (-self.mass[None, :, None] * g, float(np.linalg.norm(left) / np.linalg.norm(self.c)), 0,
+                self._norm(shift))
 
-    op = spla.LinearOperator((r.size, int(np.prod(controls_shape))), matvec=matvec, rmatvec=rmatvec)
-    x, _, n_iter, r1norm, _, anorm = spla.lsqr(op, r.ravel(), damp=damp, atol=0.0, btol=tol, conlim=0.0,
-                                               iter_lim=iters)[:6]
-    return -root * x.reshape(controls_shape), int(n_iter), float(r1norm / np.linalg.norm(r)), float(anorm)
+
+class _LsqrStep:
+    """Projection steps by LSQR on J M^1/2 (tangent-linear and adjoint sweeps), truncated after ``iters``,
+    shortened to the trust radius."""
+
+    def __init__(self, closure, lin, r, mass, iters, tol):
+        shape = (closure.L + 2, mass.size, 3)
+        root = np.sqrt(mass)[None, :, None]
+        controls_shape = (closure.L + 1, mass.size, 3)
+
+        def matvec(x):
+            dc = root * x.reshape(controls_shape)
+            dc[0] = 0.0                                   # row 0 is not an equation
+            return closure.tangent(lin.tangent(dc)).ravel()
+
+        def rmatvec(y):
+            g = lin.adjoint(closure.sensitivity(y.reshape(r.shape), shape))
+            g[0] = 0.0
+            return (root * g).ravel()
+
+        op = spla.LinearOperator((r.size, int(np.prod(controls_shape))), matvec=matvec, rmatvec=rmatvec)
+        x, _, self.iterations = spla.lsqr(op, r.ravel(), atol=0.0, btol=tol, conlim=0.0, iter_lim=iters)[:3]
+        self.du = -root * x.reshape(controls_shape)
+        self.norm = float(np.linalg.norm(x))
+        self.r, self.Jdu = r.ravel(), -matvec(x)
+
+    def __call__(self, radius):
+        t = 1.0 if radius is None or self.norm <= radius else radius / self.norm
+        res = np.linalg.norm(self.r + t * self.Jdu) / np.linalg.norm(self.r)
+        return t * self.du, float(res), int(self.iterations), t * self.norm
 
 
 def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, stop_fraction=0.0,
-                    krylov_iters=40, krylov_tol=1e-3, max_halvings=6, stall_window=5, keep_iterates=False):
+                    krylov_iters=40, krylov_tol=1e-3, max_rejections=8, stall_window=5, keep_iterates=False,
+                    gram_max_rows=GRAM_MAX_ROWS):
     """Control forces u that make the forward simulation close the loop, by fast projection.
 
     From u = 0, repeat the M^-1-norm projection onto the linearized closure constraint (module
-    docstring), backtracking the step on G = |r|^2 / 2 (position and velocity mismatch at the wrap
-    in units of the clip's median per-step change), until G <= ``rtol`` G(0), or G <= ``stop_fraction``
-    G(0) (stop early: a loose closure can start Gauss–Newton better than a tight one), or G has not
-    halved over ``stall_window`` iterations, or ``max_iters``. Returns a ``Result`` for the last (and
-    best: steps only lower G) iterate: ``x`` the loop (n_steps, n, 3) simulated with its controls,
-    status, success (G fell to ``rtol`` or ``stop_fraction`` of G(0)), nit, history (loss: G), and
-    G (per iterate), seconds, controls, converged, cancelled, final_G, message,
-    position_jump / velocity_jump (RMS mismatch at the wrap per iterate, m and m/s), control_norm
-    (|u|_{M^-1} per iterate), krylov_iterations (LSQR), step (backtracking factor) and damping (after the
-    step) per iteration, and with
-    ``keep_iterates`` the trajectories of all iterates (``iterates``).
+    docstring) in a trust region (in the M^-1 norm: shrunk until the step lowers G = |r|^2 / 2, the
+    mismatch at the wrap in units of the clip's median per-step change, by a fraction of the linear model's
+    prediction, grown after steps that did what it predicted), until G <= ``rtol`` G(0), or G <=
+    ``stop_fraction`` G(0) (stop early: a loose closure can start Gauss–Newton better than a tight one), or
+    G has not halved over ``stall_window`` iterations, or ``max_iters``. Up to ``gram_max_rows`` closure
+    rows the step is exact (``_GramStep``), beyond it is ``krylov_iters`` LSQR iterations to
+    ``krylov_tol``. Returns a ``Result`` for the last (and best: steps only lower G) iterate: ``x`` the
+    loop (n_steps, n, 3) simulated with its controls, status, success (G fell to ``rtol`` or
+    ``stop_fraction`` of G(0)), nit, history (loss: G), and G (per iterate), seconds, controls, converged,
+    cancelled, final_G, message, position_jump / velocity_jump (RMS mismatch at the wrap per iterate, m
+    and m/s), control_norm (|u|_{M^-1} per iterate), krylov_iterations (LSQR; 0 for exact steps), trials
+    (simulations) and trust_radius (after the step) per iteration, and with ``keep_iterates`` the
+    trajectories of all iterates (``iterates``).
 
     Raises FastProjectionDiverged (Remark 2), saying why, when the forward simulation fails, or when it
-    stops short of both rules (no step along the projection reduces G, a stall, or the iteration cap) with
+    stops short of both rules (no damping makes a step reduce G, a stall, or the iteration cap) with
     the loop still open: RMS mismatch sqrt(2 G) above ``accept`` of the clip's median per-step change.
     A ``callback(info)`` that ``halts`` cancels and returns the last iterate.
     """
@@ -134,8 +201,8 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
     closure = _Closure(prob, q)
     r = closure.residual(q)
     G = closure.merit(r)
-    info = dict(G=[G], position_jump=[], velocity_jump=[], control_norm=[0.0], krylov_iterations=[], step=[],
-                damping=[], iterates=[q[:L]] if keep_iterates else None, cancelled=False)
+    info = dict(G=[G], position_jump=[], velocity_jump=[], control_norm=[0.0], krylov_iterations=[], trials=[],
+                trust_radius=[], iterates=[q[:L]] if keep_iterates else None, cancelled=False)
 
     def record(q):
         pj, vj = closure.jumps(q)
@@ -143,36 +210,34 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
         info["velocity_jump"].append(vj)
 
     record(q)
-    g0, damp, it, message = G, 0.0, 0, ""
+    g0, radius, it, message = G, None, 0, ""
     while True:
         message = _stop_reason(info["G"], rtol, stop_fraction, max_iters, stall_window)
         if message:
             break
         it += 1
-        while True:
-            du, n_krylov, lin_res, anorm = _projection_step(closure, lin, r, mass, krylov_iters, krylov_tol, damp)
-            predicted = G * (1 - lin_res ** 2)          # the linear model's decrease of G for the full step
-            step, trial = _backtrack(prob, closure, controls, du, G, predicted, max_halvings)
-            if trial is not None or damp >= anorm:
+        step = (_GramStep(closure, lin, r, mass) if r.size <= gram_max_rows
+                else _LsqrStep(closure, lin, r, mass, krylov_iters, krylov_tol))
+        for tries in range(1, max_rejections + 1):
+            du, lin_res, n_krylov, norm = step(radius)
+            predicted = G * (1 - lin_res ** 2)          # the linear model's decrease of G
+            trial = _trial(prob, closure, controls + du)
+            if trial is not None and G - trial[3] > 1e-4 * predicted:
+                rho = (G - trial[3]) / predicted
+                radius = 0.5 * norm if rho < 0.25 else max(radius or 0.0, 3 * norm) if rho > 0.75 else norm
                 break
-            damp = max(10 * damp, 1e-3 * anorm)        # no decrease along this direction: damp it more
-        if trial is None:
-            message = (f"no step along the projection reduces G at iteration {it} (G {G / g0:.2e} of G(0), "
-                       f"linear-model residual {lin_res:.1e} after {n_krylov} LSQR iterations, damping up to "
-                       f"|J M^1/2|): the closure needs control forces the linearization does not predict (Remark 2)")
+            radius = 0.25 * norm
+        else:
+            message = (f"no step within the trust region reduces G at iteration {it} (G {G / g0:.2e} of G(0), "
+                       f"linear-model residual {lin_res:.1e}): the closure needs control forces the linearization "
+                       "does not predict (Remark 2)")
             break
-        # Levenberg–Marquardt: less damping after a full step that did what the linear model predicted,
-        # more after a step that had to be cut
-        if step == 1.0 and G - trial[3] > 0.75 * predicted:
-            damp = damp / 10 if damp > 1e-6 * anorm else 0.0
-        elif step < 1.0:
-            damp = max(4 * damp, 1e-3 * anorm)
-        controls = controls + step * du
+        controls = controls + du
         q, lin, r, G = trial
         info["G"].append(G)
         info["krylov_iterations"].append(n_krylov)
-        info["step"].append(step)
-        info["damping"].append(damp)
+        info["trials"].append(tries)
+        info["trust_radius"].append(radius)
         info["control_norm"].append(float(np.sqrt(np.sum(controls * controls / mass[None, :, None]))))
         record(q)
         if keep_iterates:
@@ -195,22 +260,15 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
                   **info)
 
 
-def _backtrack(prob, closure, controls, du, G, predicted, max_halvings):
-    """(step, (q, linearization, r, G) of the trial) for the first of 1, 1/2, 1/4, ... that lowers G by at
-    least 1e-4 of the linear model's prediction; (step, None) when none does."""
-    L = prob.n_steps
-    step = 1.0
-    for _ in range(max_halvings + 1):
-        try:
-            q, lin = simulate(prob, L + 2, controls + step * du, keep_factors=True)
-            r = closure.residual(q)
-            G_new = closure.merit(r)
-            if np.isfinite(G_new) and G_new <= G - 1e-4 * step * predicted and G_new < G:
-                return step, (q, lin, r, G_new)
-        except SimulationFailed:
-            pass
-        step *= 0.5
-    return step, None
+def _trial(prob, closure, controls):
+    """(q, linearization, r, G) simulated with ``controls``; None when the simulation fails or G is not finite."""
+    try:
+        q, lin = simulate(prob, prob.n_steps + 2, controls, keep_factors=True)
+    except SimulationFailed:
+        return None
+    r = closure.residual(q)
+    G = closure.merit(r)
+    return (q, lin, r, G) if np.isfinite(G) else None
 
 
 def _stop_reason(G, rtol, stop_fraction, max_iters, stall_window):

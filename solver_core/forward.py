@@ -290,10 +290,10 @@ class _Diagonal:
         self.d = d
 
     def solve(self, b, trans="N"):
-        return b / self.d
+        return b / self.d.reshape((-1,) + (1,) * (b.ndim - 1))
 
     def __matmul__(self, x):
-        return self.d * x
+        return self.d.reshape((-1,) + (1,) * (x.ndim - 1)) * x
 
     @property
     def T(self):
@@ -374,6 +374,25 @@ class Linearization:
         out = np.zeros((self.n_states - 1, self._shape[1] * 3))
         out[:, self.free] = grad
         return out.reshape((self.n_states - 1,) + self._shape[1:])
+
+    def gram(self, last, weight):
+        """sum_j Z_j^T diag(weight) Z_j (m, m), Z_j the adjoint gradients with respect to the controls c_j of
+        m functions of the last two states whose gradients are ``last`` (2, n, 3, m); ``weight`` (n,) per
+        vertex (the mass: the Gram matrix J M J^T of the closure). One block adjoint sweep, O(dof m) memory."""
+        if self._S is None:
+            self._build()
+        m = last.shape[-1]
+        end = self.n_states - 1
+        lam = {end - 1: last[0].reshape(-1, m)[self.free], end: last[1].reshape(-1, m)[self.free]}
+        w = np.repeat(weight, 3)[self.free][:, None]
+        gram = np.zeros((m, m))
+        for k in range(end, 1, -1):
+            j = k - 1
+            z = self._S[j].solve(np.asfortranarray(lam.pop(k)), trans="T")
+            gram += z.T @ (w * z)
+            lam[j] = lam[j] - self._A[j].T @ z
+            lam[j - 1] = lam.get(j - 1, 0.0) - self._B[j].T @ z
+        return gram
 
 
 def mismatch(prob, q):

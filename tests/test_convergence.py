@@ -61,6 +61,17 @@ def test_a_converged_loop_says_so():
     assert res.metrics["loop"]["velocity_jump_ratio"] <= loop.SEAMLESS_RATIO
 
 
+def test_swinging_cloth_from_make_loops_defaults_ends_seamless_and_stops_by_itself():
+    prob = SCENES["swinging_cloth"](0.08).prob
+    res = sc.make_loop(prob)
+    assert res.init_used == "fast_projection"
+    assert res.status == loop.CONVERGED and res.success
+    m = res.metrics["loop"]
+    assert max(m["velocity_jump_ratio"], m["position_jump_ratio"]) <= loop.SEAMLESS_RATIO
+    clip = sc.simulate(prob)
+    assert m["loss"] <= sc.loss(prob, clip) / 100 and m["loss"] <= sc.loss(prob, sc.crossfade_loop(clip)) / 10
+
+
 def test_a_capped_loop_says_it_is_not_converged():
     prob = nbody_problem(3, seed=4, perturbation=0.02)
     res = sc.make_loop(prob, init="forward", max_iters=2)

@@ -58,7 +58,7 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0):
     print(f"  fast projection: {it} iterations, {per_it:.2f} s/it ({per_it / forward:.1f} forward simulations), "
           f"{info['seconds']:.1f} s in all; G/G(0) {info['final_G'] / info['G'][0]:.2e}; position mismatch "
           f"{info['position_jump'][0]:.3e} -> {info['position_jump'][-1]:.3e} m, velocity "
-          f"{info['velocity_jump'][0]:.3e} -> {info['velocity_jump'][-1]:.3e} m/s; LSQR iterations "
+          f"{info['velocity_jump'][0]:.3e} -> {info['velocity_jump'][-1]:.3e} m/s; Krylov iterations (0: exact) "
           f"{info['krylov_iterations']}; {info['message']}", flush=True)
     print(f"  loop loss of the result {loss(prob, prob.apply_constraints(q)):.4g}", flush=True)
     if gn_iters <= 0:
