@@ -48,9 +48,7 @@ class _Closure:
     def __init__(self, prob, clip):
         self.prob = prob
         self.L = prob.n_steps
-        free = np.ones(prob.n_vertices, dtype=bool)
-        free[prob.pins] = False
-        self.free = free
+        free = self.free = prob.free_vertices()
         step = np.diff(clip[:self.L + 1, free], axis=0)
         self.scale = max(float(np.median(_rms(step))), 1e-300)
 
