@@ -23,16 +23,16 @@ if __name__ == "__main__":  # run as a script by Blender or Python: import the p
     sys.exit(main(sys.argv))
 
 import argparse
-import importlib.util
 import json
 import signal
-import time
 import traceback
 
 import bpy
 
 from . import (export, files, gltf, guard, limits, preview, scene_io, solve, task_files, vat, web_preview,
                writeback)
+from .presets import PRESETS
+from .progress import Progress
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
 from .files import atomic_path
 from .solver import sc
@@ -52,8 +52,12 @@ def _parser():
     p.add_argument("--scheme", choices=scene_io.SCHEMES, default="auto",
                    help="residual scheme (auto: linearized for Blender cloth, backward for shells and soft "
                         "bodies, symplectic for N bodies)")
-    p.add_argument("--substeps", type=int, default=0, help="solver steps per frame (0: from the physics quality)")
-    p.add_argument("--iterations", type=int, default=50, help="maximum Gauss-Newton iterations")
+    p.add_argument("--preset", choices=tuple(PRESETS),
+                   help="preview: 8 iterations, 1 sub-step; final: 50 iterations, the physics' sub-steps "
+                        "(--iterations and --substeps override it)")
+    p.add_argument("--substeps", type=int, default=None,
+                   help="solver steps per frame (default 0: from the physics quality)")
+    p.add_argument("--iterations", type=int, default=None, help="maximum Gauss-Newton iterations (default 50)")
     p.add_argument("--tol", type=float, default=sc.TOL,
                    help="Gauss-Newton tolerance: relative loss decrease per iteration that counts as converged")
     p.add_argument("--soft", type=float, default=0.0, metavar="EPS",
@@ -77,7 +81,13 @@ def parse_args(argv):
         args = []
     else:
         args = [a for a in argv[1:] if a != "--"]
-    return _parser().parse_args(args)
+    args = _parser().parse_args(args)
+    preset = PRESETS[args.preset or "final"]
+    if args.iterations is None:
+        args.iterations = preset["iterations"]
+    if args.substeps is None:
+        args.substeps = preset["substeps"] or 0      # 0: the physics quality
+    return args
 
 
 def _say(text):
@@ -103,9 +113,6 @@ def _check_outputs(args):
                              "--abc (--pc2 writes the same loop) or use a Blender from blender.org")
     if args.glb:
         gltf.checked_path(args.glb)
-    if args.preview and importlib.util.find_spec("matplotlib") is None:
-        raise LoopInputError("--preview needs matplotlib in Blender's Python: install it there or leave out "
-                             "--preview")
     guard.check_outputs([(f"--{out.name}", getattr(args, out.name), out.folder) for out in OUTPUTS
                          if getattr(args, out.name)], overwrite=args.overwrite, may_replace_input=("--output",))
 
@@ -134,10 +141,10 @@ def _open(args):
     return bpy.data.filepath
 
 
-def _progress(start):
+def _progress(progress):
     def callback(info):
-        _say(f"{info['phase']} iteration {info['iteration']}: loss {info['loss']:.6g} "
-             f"({time.perf_counter() - start:.1f} s)")
+        progress.update(info["phase"], info["iteration"])
+        _say(progress.line(info["loss"]))
         return False
     return callback
 
@@ -148,7 +155,8 @@ def run(args):
     _check_outputs(args)
     _check_objects(args)
     settings = _settings(args)
-    _say(f"gathering from {source}")
+    progress = Progress(settings.iterations)
+    _say(f"{progress.line()} ({source})")
     gathered = scene_io.gather(settings)
     prob = gathered.problem
     need = limits.estimate_bytes(prob.n_frames, prob.substeps, prob.n_vertices, prob.scheme,
@@ -163,12 +171,17 @@ def run(args):
     for note in gathered.notes:
         _say(f"note: {note}")
     _say(f"solving (init {settings.init}, scheme {gathered.problem.scheme}, up to {settings.iterations} iterations)")
-    result = solve.solve(gathered, settings, callback=_progress(time.perf_counter()))
+    progress.update("")
+    _say(progress.line())
+    result = solve.solve(gathered, settings, callback=_progress(progress))
     rep = solve.report(gathered, result)
+    rep["verdict"] = sc.verdict(rep)
+    progress.update("write")
+    _say(progress.line())
     with files.all_or_nothing():        # every output complete, or none of them
         _write(args, gathered, result.q, rep)
     _say("wrote " + ", ".join(getattr(args, o.name) for o in OUTPUTS if getattr(args, o.name)))
-    for line in solve.format_report(rep):
+    for line in sc.verdict_lines(rep) + solve.format_report(rep):
         _say(line)
     return rep
 

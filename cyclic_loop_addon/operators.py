@@ -17,11 +17,12 @@ import os
 
 import bpy
 
-from . import export, files, gltf, guard, scene_io, vat, web_preview, writeback
+from . import export, files, gltf, guard, run_report, scene_io, selection, timeline, vat, web_preview, writeback
 from .errors import LoopError, LoopInputError
 from .outputs import BY_NAME
 from .properties import fill_from_physics
-from .worker import SolveJob, progress_fraction
+from .progress import Progress
+from .worker import SolveJob
 
 TIMER_SECONDS = 0.1
 # the panel's file outputs (properties.OUTPUTS) as bake outputs (outputs.OUTPUTS, which names their extensions)
@@ -29,6 +30,7 @@ PANEL_OUTPUTS = {"ALEMBIC": "abc", "PC2": "pc2", "VAT": "vat", "GLTF": "glb", "W
 OUTPUT_NAMES = {"ALEMBIC": "the Alembic file", "PC2": "the PC2 file", "VAT": "the VAT folder",
                 "GLTF": "the glTF file", "WEB": "the web page"}
 _job = None     # the running SolveJob: one solve at a time
+_starting = False   # a Make Loop is about to read the simulation (its first timer tick does)
 TARGETS = "cyclic_loop_targets"     # scene ID property: the objects of the running solve (ID pointers)
 LOOPED = "cyclic_loop_looped"       # scene ID property: the object of the last written loop
 
@@ -110,9 +112,9 @@ def _tag_redraw(context, sidebar_only=False):
     during a solve, and redrawing a whole viewport ten times a second is wasted work)."""
     for window in context.window_manager.windows:
         for area in window.screen.areas:
-            if area.type != "VIEW_3D":
+            if area.type not in ("VIEW_3D", "STATUSBAR"):
                 continue
-            if not sidebar_only:
+            if not sidebar_only or area.type == "STATUSBAR":
                 area.tag_redraw()
                 continue
             for region in area.regions:
@@ -129,13 +131,23 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        obj = context.active_object
-        return obj is not None and obj.type == "MESH"
+        reason = selection.problem(context)
+        if reason and hasattr(cls, "poll_message_set"):
+            cls.poll_message_set(reason)
+        return reason is None
 
     def invoke(self, context, event):
-        if not self._start(context, python="auto"):
+        """Show "Reading the simulation" at once; the first timer tick reads it and starts the solve."""
+        global _starting
+        if _job is not None or _starting:
+            self.report({"WARNING"}, "A loop is already being made; wait for it or cancel it")
             return {"CANCELLED"}
-        _job.start()
+        settings = context.active_object.cyclic_loop_settings
+        run, self._progress, self._writing = context.scene.cyclic_loop_run, Progress(settings.max_iters), False
+        run.running, run.phase, run.progress, run.message = True, "gather", 0.0, ""
+        run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
+        _starting = True
+        _tag_redraw(context)
         wm = context.window_manager
         self._timer = wm.event_timer_add(TIMER_SECONDS, window=context.window)
         wm.modal_handler_add(self)
@@ -148,21 +160,35 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         return self._finish(context)
 
     def modal(self, context, event):
-        if event.type == "ESC" and event.value == "PRESS":
+        global _starting
+        if event.type == "ESC" and event.value == "PRESS" and _job is not None:
             _job.cancel()
             context.scene.cyclic_loop_run.message = "Cancelling..."
             return {"RUNNING_MODAL"}
-        if event.type == "TIMER":
+        if event.type == "TIMER" and _starting:
+            _starting = False
+            if not self._start(context, python="auto"):
+                context.window_manager.event_timer_remove(self._timer)
+                context.scene.cyclic_loop_run.running = False
+                _tag_redraw(context)
+                return {"CANCELLED"}
+            _job.start()
+        elif event.type == "TIMER":
             self._sync(context)
-            if _job.done:
+            if _job.done and _job.q is not None and not self._writing:
+                self._writing = True        # show "Writing the loop" for a tick, then write
+                self._progress.update("write")
+                self._sync(context)
+            elif _job.done:
                 context.window_manager.event_timer_remove(self._timer)
                 return self._finish(context)
         return {"PASS_THROUGH"}
 
     def cancel(self, context):
         """Blender stops the operator (file load, window closed): stop the solve, write nothing."""
-        global _job
+        global _job, _starting
         context.window_manager.event_timer_remove(self._timer)
+        _starting = False
         if _job is not None:
             _job.cancel()
             _job = None
@@ -193,10 +219,13 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             return False
         _job = SolveJob(gathered, options, settings.method, python=python)
         remember(context.scene, TARGETS, [bpy.data.objects[name] for name in gathered.object_names])
-        self._method, self._init, self._max_iters = settings.method, settings.init, settings.max_iters
+        self._method, self._set_range = settings.method, settings.set_scene_range
         self._output, self._shown = settings.output, None
         self._path = "" if settings.output == "SHAPE_KEYS" else output_path(settings)
-        run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, 0.0
+        if not hasattr(self, "_progress"):     # execute: no gather phase shown
+            self._progress = Progress(settings.max_iters)
+        self._progress.update("")
+        run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, self._progress.shown
         run.redraws, run.message = 0, ""
         return True
 
@@ -206,10 +235,12 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         if _job.notes and not run.message:
             run.message = "Note: " + "; ".join(_job.notes)
         for info in _job.progress():
-            run.phase, run.iteration, run.loss = info["phase"], info["iteration"], info["loss"]
-            run.progress = max(run.progress, progress_fraction(info["phase"], info["iteration"], self._max_iters,
-                                                               self._init))
-        shown = (run.phase, run.iteration, run.loss, run.progress, run.message, _job.where)
+            run.iteration, run.loss = info["iteration"], info["loss"]
+            self._progress.update(info["phase"], info["iteration"])
+        run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
+        run.phase, run.progress = self._progress.phase, self._progress.shown
+        run.percent = round(100 * run.progress)
+        shown = (run.status_text, run.time_text, run.iteration, run.message, _job.where)
         if shown != self._shown:
             self._shown = shown
             run.redraws += 1
@@ -251,8 +282,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         run.init_used, run.fallback_reason = rep["init_used"], rep["fallback_reason"]
         run.iterations = rep["fast_projection_iterations"] + rep["gauss_newton_iterations"]
         run.progress, run.message = 1.0, f"Loop written as {written}"
-        if job.notes:
-            run.message += " (note: " + "; ".join(job.notes) + ")"
+        run_report.record(context, run, job.gathered, job.q, rep, self._set_range)
         self.report({"INFO"}, f"Seam jump {run.seam_before:.3g} -> {run.seam_after:.3g}, residual "
                               f"{run.residual:.3g}, {run.seconds:.1f} s ({run.init_used})")
         return {"FINISHED"}
@@ -298,6 +328,7 @@ class CYCLICLOOP_OT_restore(bpy.types.Operator):
             self.report({"ERROR"}, f"{obj.name} is in Edit Mode: leave Edit Mode (Tab) and restore again")
             return {"CANCELLED"}
         writeback.remove_loop(obj)
+        timeline.restore_range(context.scene, run)
         run.has_report, run.object_name, run.message = False, obj.name, f"Restored the simulation of {obj.name}"
         return {"FINISHED"}
 

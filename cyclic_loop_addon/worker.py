@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 
-from . import files, solve, solve_process
+from . import advice, files, solve, solve_process
 from .errors import LoopSolveError
 from .solver import sc
 
@@ -29,17 +29,6 @@ def crossfade_report(gathered, q, seconds):
                 objects=list(gathered.object_names), frames=[gathered.frame_start, int(gathered.frames[-1])],
                 n_frames=gathered.n_frames, substeps=prob.substeps, n_vertices=prob.n_vertices,
                 notes=list(gathered.notes))
-
-
-def progress_fraction(phase, iteration, max_iters, init):
-    """Fraction done (0..1) at ``phase``/``iteration``: fast projection (at most 100 iterations, its
-    default) fills the first half when it makes the initial guess, Gauss–Newton the rest."""
-    fp_share = 0.5 if init == "fast_projection" else 0.0
-    if phase == "fast_projection":
-        return fp_share * min(iteration / 100.0, 1.0)
-    if phase == "gauss_newton":
-        return fp_share + (1.0 - fp_share) * min(iteration / max(max_iters, 1), 1.0)
-    return 0.0
 
 
 class SolveJob:
@@ -155,7 +144,8 @@ class SolveJob:
             usable, reason = solve_process.probe(self.python)
             python = self.python if usable else None
         if python is None:
-            self.notes.append(f"solved inside Blender, which may not redraw during the solve: {reason}")
+            print(f"[cyclic-loop] no separate Python for the solver: {reason}", flush=True)
+            self.notes.append(advice.python_note(reason))
         return python
 
     def _solve_in_process(self, python):

@@ -10,6 +10,8 @@ from .gauss_newton import GaussNewton
 from .loop import make_loop, LoopResult, TOL
 from .baselines import forward_loop, crossfade_loop
 from .metrics import loop_metrics
+from .seam_picture import seam_picture, png_bytes
+from .verdict import verdict, verdict_lines, details as verdict_details
 from .io import save_problem, load_problem, save_result, load_result
 from .models.cloth import Cloth, MembraneTerm, BendingTerm
 from .models.blender_cloth import BlenderCloth
