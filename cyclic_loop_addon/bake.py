@@ -48,7 +48,7 @@ def _parser():
     for out in OUTPUTS:
         p.add_argument(f"--{out.name}", metavar=out.metavar, help=out.help)
     p.add_argument("--model", choices=scene_io.MODELS, default="auto")
-    p.add_argument("--init", choices=solve.INITS, default="fast_projection")
+    p.add_argument("--init", choices=sc.CLIP_INITS, default="fast_projection")
     p.add_argument("--scheme", choices=scene_io.SCHEMES, default="auto",
                    help="residual scheme (auto: linearized for Blender cloth, backward for shells and soft "
                         "bodies, symplectic for N bodies)")
@@ -181,7 +181,7 @@ def run(args):
     with files.all_or_nothing():        # every output complete, or none of them
         _write(args, gathered, result.q, rep)
     _say("wrote " + ", ".join(getattr(args, o.name) for o in OUTPUTS if getattr(args, o.name)))
-    for line in sc.verdict_lines(rep) + solve.format_report(rep):
+    for line in sc.verdict_lines(rep) + sc.format_report(rep):
         _say(line)
     return rep
 

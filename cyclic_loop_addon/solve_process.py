@@ -1,66 +1,26 @@
-"""The physical solve in a separate Python process, so that Blender's interface keeps the GIL.
-
-No bpy here. The parent (the worker thread of worker.SolveJob) writes the job into a temporary folder
-(``write_job``: the LoopProblem with solver_core.io, the rest of the gathered data and the loop settings
-as arrays and JSON), then runs this module's ``child_main`` in a child Python (``start``). The child
-runs the very same ``solve.solve`` and ``solve.report`` as the in-thread solve, prints one progress
-line per iteration (``parse_progress``) and leaves the loop and its report in the folder
-(``read_result``), or an error (``read_error``) that the parent raises again with the same message.
-
-The child imports this add-on under the parent's own module names (``bl_ext.<repo>.cyclic_loop...``
-for an extension, ``cyclic_loop...`` for a legacy add-on): the enclosing packages are set up as plain
-namespace modules pointing at the same folders, so the add-on's root ``__init__`` (which is for
-Blender) is not run, and the force model class names stored in the problem file resolve to the same
-classes. Its module search path is the parent's ``sys.path`` without the parent's standard library,
-so it finds the same numpy, SciPy (bundled extension wheels included) and scikit-sparse.
+"""The physical solve in a separate Python process, so that Blender's interface keeps the GIL: the
+solver's own command line (``python -m solver_core loop problem.npz -o result.npz --clip clip.npy``)
+on the solver's own files, its progress lines read from its stdout. No bpy here.
 
 The Python is ``sys.executable`` (Blender's bundled Python since 2.91), else the Python that Blender's
-``sys.base_prefix`` belongs to (Linux distribution builds of Blender); each is probed once per
-session (``find_python``): it must start, import the add-on, numpy and SciPy, and have the same
-Python minor version, numpy and SciPy as Blender. Without one, worker.SolveJob solves in its thread.
+``sys.base_prefix`` belongs to (Linux distribution builds of Blender); each is probed once per session
+(``python -m solver_core versions``): it must have the same Python minor version, numpy and SciPy as
+Blender. Its module search path is the solver package's folder and Blender's ``sys.path`` without
+Blender's standard library, so it finds the same numpy, SciPy (bundled extension wheels included) and
+scikit-sparse.
 """
-import dataclasses
-import importlib
-import inspect
 import json
 import os
 import subprocess
 import sys
 import sysconfig
 import threading
-import traceback
-import types
 
-import numpy as np
-
-from . import errors, files, solve
 from .solver import sc
 
-PROGRESS = "@cyclic-loop-progress "     # prefix of the child's progress lines on stdout
-PROBE_TIMEOUT = 120.0                   # seconds for a probe (a cold start of SciPy can be slow)
-ERROR_EXIT = 3                          # the child's exit status after writing error.json
-
-# The child's first statements: set up the enclosing packages of the add-on, run ``child_main``.
-BOOTSTRAP = """\
-import importlib, json, sys, types
-spec = json.loads(sys.argv[1])
-for name, path in spec["packages"]:
-    package = types.ModuleType(name)
-    package.__path__, package.__package__ = list(path), name
-    sys.modules[name] = package
-sys.exit(importlib.import_module(spec["module"]).child_main(sys.argv[2:]))
-"""
-
+PROBE_TIMEOUT = 120.0       # seconds for a probe (a cold start of SciPy can be slow)
 _probed = {}                # python path -> (usable, reason)
 _probe_lock = threading.Lock()
-
-
-# ------------------------------------------------------------------------------------------------ the Python
-
-
-def _stdlib_dirs():
-    paths = sysconfig.get_paths()
-    return {os.path.normcase(os.path.realpath(paths[key])) for key in ("stdlib", "platstdlib") if key in paths}
 
 
 def _is_stdlib(entry, stdlib):
@@ -74,29 +34,19 @@ def _is_stdlib(entry, stdlib):
     return any(real == d or real.startswith(d + os.sep) for d in stdlib)
 
 
-def child_command(python, *args):
-    """(argv, environment) to run ``child_main(args)`` in ``python``."""
-    package = __name__.rpartition(".")[0]           # this add-on package under the parent's name
-    parts = package.split(".")
-    enclosing = [".".join(parts[:i]) for i in range(1, len(parts))]
-    # (Blender's ``bl_ext`` junction module has no __path__ of its own; its repositories have.)
-    spec = dict(packages=[(name, list(getattr(sys.modules[name], "__path__", []))) for name in enclosing],
-                module=__name__)
-    stdlib = _stdlib_dirs()
-    paths = [] if enclosing else [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-    paths += [p for p in sys.path if p and os.path.isdir(p) and not _is_stdlib(p, stdlib) and p not in paths]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+def command(python, *args):
+    """(argv, environment) to run ``python -m solver_core ARGS`` on this solver package."""
+    paths = sysconfig.get_paths()
+    stdlib = {os.path.normcase(os.path.realpath(paths[k])) for k in ("stdlib", "platstdlib") if k in paths}
+    search = [os.path.dirname(os.path.dirname(os.path.abspath(sc.__file__)))]
+    search += [p for p in sys.path if p and os.path.isdir(p) and not _is_stdlib(p, stdlib) and p not in search]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(search))
     env.pop("PYTHONHOME", None)
-    return [python, "-c", BOOTSTRAP, json.dumps(spec), *args], env
-
-
-def _versions():
-    scipy = sys.modules.get("scipy") or importlib.import_module("scipy")
-    return dict(python=list(sys.version_info[:2]), numpy=np.__version__, scipy=scipy.__version__)
+    return [python, "-m", "solver_core", *args], env
 
 
 def probe(python):
-    """(usable, reason): can ``python`` run the child, with this Python's minor version, numpy and SciPy?
+    """(usable, reason): can ``python`` run the solver, with this Python's minor version, numpy and SciPy?
     Each path is probed once per session."""
     with _probe_lock:
         if python not in _probed:
@@ -107,7 +57,7 @@ def probe(python):
 def _probe(python):
     if not python or not os.path.isfile(python):
         return False, f"no Python at {python!r}"
-    argv, env = child_command(python, "--probe")
+    argv, env = command(python, "versions")
     try:
         proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=PROBE_TIMEOUT)
@@ -121,7 +71,7 @@ def _probe(python):
     if not isinstance(found, dict):
         last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         return False, f"{python} cannot run the solver ({last})"
-    wanted = _versions()
+    wanted = sc.versions()
     if found != wanted:
         return False, f"{python} has {found}, Blender has {wanted}"
     return True, ""
@@ -152,142 +102,32 @@ def find_python():
     return None, "; ".join(reasons) or "no Python found"
 
 
-# ------------------------------------------------------------------------------------------------ the job folder
+def start(python, folder, *args):
+    """Start ``python -m solver_core ARGS`` in ``folder``: a Popen with line-buffered text stdout
+    (progress lines), stderr into ``folder``/stderr.txt, and an open stdin pipe (with
+    ``--stop-with-stdin`` the child quits when it closes: Blender has gone)."""
+    argv, env = command(python, *args)
+    with open(os.path.join(folder, "stderr.txt"), "w", encoding="utf-8") as err:
+        return subprocess.Popen(argv, env=env, cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err, text=True, errors="replace", bufsize=1)
 
 
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, tuple):
-        return list(value)
-    raise TypeError(f"cannot hand a {type(value).__name__} to the solver process")
-
-
-def _fields(obj):
-    """name -> value of a dataclass's fields and its class's properties (or an object's attributes)."""
-    if dataclasses.is_dataclass(obj):
-        values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    else:
-        values = dict(vars(obj))
-    for name, member in inspect.getmembers(type(obj)):
-        if isinstance(member, property) and not name.startswith("_"):
-            values[name] = getattr(obj, name)
-    return values
-
-
-def write_job(folder, gathered, settings):
-    """Write the solve of ``gathered`` with ``settings`` into ``folder``; TypeError when something in them
-    cannot be written (then solve in the thread)."""
-    arrays, plain = {}, {}
-    for name, value in _fields(gathered).items():
-        if name == "problem":
-            continue
-        if isinstance(value, np.ndarray):
-            arrays[name] = value
-        else:
-            plain[name] = value
-    meta = dict(gathered=plain, settings=_fields(settings))
-    arrays["meta"] = np.array(json.dumps(meta, default=_json_default))
-    sc.save_problem(os.path.join(folder, "problem.npz"), gathered.problem)
-    np.savez(os.path.join(folder, "gathered.npz"), **arrays)
-
-
-def read_job(folder):
-    """(gathered, settings) of a job folder, as namespaces with the fields solve.solve / solve.report read."""
-    with np.load(os.path.join(folder, "gathered.npz"), allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    meta = json.loads(str(arrays.pop("meta")))
-    gathered = types.SimpleNamespace(problem=sc.load_problem(os.path.join(folder, "problem.npz")),
-                                     **meta["gathered"], **arrays)
-    return gathered, types.SimpleNamespace(**meta["settings"])
-
-
-def write_result(folder, q, report):
-    with files.atomic_path(os.path.join(folder, "result.npz"), "solver result") as tmp:
-        np.savez(tmp, q=q, report=np.array(json.dumps(report, default=_json_default)))
-
-
-def read_result(folder):
-    """(q, report) the child left in ``folder``."""
-    with np.load(os.path.join(folder, "result.npz"), allow_pickle=False) as data:
-        return data["q"], json.loads(str(data["report"]))
-
-
-def write_error(folder, exc):
-    text = json.dumps(dict(kind=type(exc).__name__, message=str(exc)))
-    with files.atomic_path(os.path.join(folder, "error.json"), "solver error") as tmp:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-
-
-def read_error(folder):
-    """The exception the child reported (a LoopError class of errors.py by name, with the same message),
-    or None when it reported none."""
+def error_message(folder):
+    """The child's last ``error: ...`` line on stderr without the prefix, or "" (the rest goes to the console)."""
     try:
-        with open(os.path.join(folder, "error.json"), encoding="utf-8") as fh:
-            info = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    cls = getattr(errors, info.get("kind", ""), None)
-    if not (isinstance(cls, type) and issubclass(cls, errors.LoopError)):
-        cls = errors.LoopSolveError
-    return cls(info.get("message", "the solver process failed"))
+        with open(os.path.join(folder, "stderr.txt"), encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return ""
+    errors = [line[len("error: "):] for line in text.splitlines() if line.startswith("error: ")]
+    if text.strip() and not errors:
+        print(text, end="", file=sys.stderr)
+    return errors[-1] if errors else ""
 
 
-# ------------------------------------------------------------------------------------------------ parent side
-
-
-def start(python, folder):
-    """Start the child on the job in ``folder``: a Popen with line-buffered text stdout (progress
-    lines) and an open stdin pipe (the child quits when it closes: Blender has gone)."""
-    argv, env = child_command(python, folder)
-    return subprocess.Popen(argv, env=env, cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=None, text=True, errors="replace", bufsize=1)
-
-
-def parse_progress(line):
-    """The progress dict (phase, iteration, loss) of a child's stdout line, or None for other output."""
-    if not line.startswith(PROGRESS):
-        return None
-    info = json.loads(line[len(PROGRESS):])
-    return dict(phase=str(info["phase"]), iteration=int(info["iteration"]), loss=float(info["loss"]))
-
-
-# ------------------------------------------------------------------------------------------------ child side
-
-
-def _progress(info):
-    print(PROGRESS + json.dumps(dict(phase=info["phase"], iteration=int(info["iteration"]),
-                                     loss=float(info["loss"]))), flush=True)
-    return False
-
-
-def _quit_with_parent():
-    """Exit as soon as stdin closes (the parent process is gone) instead of solving for nobody."""
-    def watch():
-        try:
-            while os.read(0, 4096):     # a raw read: no lock of sys.stdin held at interpreter shutdown
-                pass
-        finally:
-            os._exit(1)
-    threading.Thread(target=watch, name="cyclic-loop-parent-watch", daemon=True).start()
-
-
-def child_main(args):
-    """The child: ``--probe`` prints its versions; ``FOLDER`` solves the job there. Exit 0: result.npz
-    written; ERROR_EXIT: error.json written (the traceback of an unexpected error goes to stderr)."""
-    if args == ["--probe"]:
-        print(json.dumps(_versions()))
-        return 0
-    folder = args[0]
-    _quit_with_parent()
-    try:
-        gathered, settings = read_job(folder)
-        result = solve.solve(gathered, settings, callback=_progress)
-        write_result(folder, result.q, solve.report(gathered, result))
-    except Exception as exc:
-        if not isinstance(exc, errors.LoopError):
-            traceback.print_exc()
-        write_error(folder, exc)
-        return ERROR_EXIT
-    return 0
+def read_report(lines):
+    """The report the child printed last (a JSON object from a line "{" on) among its other ``lines`` of
+    stdout, which go to the console."""
+    start = max(i for i, line in enumerate(lines) if line.rstrip("\n") == "{")
+    print("".join(lines[:start]), end="")
+    return json.loads("".join(lines[start:]))

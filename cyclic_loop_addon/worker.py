@@ -1,34 +1,34 @@
 """A loop solve on a worker thread. No bpy here: the gathered problem comes in as numpy, progress goes
 out through a queue, and the main thread polls (modal timer) or runs the job inline (background).
 
-With ``python`` set, the worker thread hands the physical solve to a child Python process
-(solve_process) and only waits for it, so the heavy numpy / SciPy work does not hold Blender's GIL and
-the interface keeps redrawing; Cancel terminates the child. Without a usable Python the solve runs in
-the thread itself, and the report's notes say so.
+With ``python`` set, the worker thread hands the physical solve to a child Python process (the
+solver's command line, see solve_process) and only waits for it, so the heavy numpy / SciPy work does
+not hold Blender's GIL and the interface keeps redrawing; Cancel terminates the child. Without a usable
+Python the solve runs in the thread itself, and the report's notes say so.
 """
+import os
 import queue
 import shutil
 import subprocess
 import threading
 import time
 
+import numpy as np
+
 from . import advice, files, solve, solve_process
-from .errors import LoopSolveError
+from .errors import LoopInputError, LoopSolveError
 from .solver import sc
 
 METHODS = ("physical", "crossfade")
 
 
-def crossfade_report(gathered, q, seconds):
-    """The report of ``solve.report`` for a crossfade loop q (n_frames, n, 3) of the source cache."""
+def crossfade_result(gathered, seconds):
+    """The LoopResult of the crossfade baseline of the source cache (no solve)."""
     prob = gathered.problem
-    return dict(source=sc.loop_metrics(prob, prob.steps_of(gathered.source)),
-                loop=sc.loop_metrics(prob, prob.steps_of(q)),
-                fast_projection_iterations=0, gauss_newton_iterations=0, seconds=seconds,
-                init_used="crossfade", fallback_reason="", stop_reason="", model=gathered.model_name,
-                objects=list(gathered.object_names), frames=[gathered.frame_start, int(gathered.frames[-1])],
-                n_frames=gathered.n_frames, substeps=prob.substeps, n_vertices=prob.n_vertices,
-                notes=list(gathered.notes))
+    q = sc.crossfade_loop(gathered.source)
+    steps = prob.steps_of(q)
+    return sc.LoopResult(q=q, q_steps=steps, initial_guess=steps, init_used="crossfade", seconds=seconds,
+                         metrics=dict(loop=sc.loop_metrics(prob, steps)))
 
 
 class SolveJob:
@@ -117,22 +117,22 @@ class SolveJob:
         self.where = "thread"
         if self.method == "crossfade":
             self._callback(dict(phase="crossfade", iteration=0, loss=float("nan")))
-            q = sc.crossfade_loop(self.gathered.source)
-            report = crossfade_report(self.gathered, q, time.perf_counter() - t0)
+            q, report = self._report(crossfade_result(self.gathered, time.perf_counter() - t0))
         else:
             python = self._python()
             q, report = self._solve_in_thread() if python is None else self._solve_in_process(python)
-            if report is not None and self.notes:
-                report["notes"] = list(report.get("notes", [])) + self.notes
-        if self._cancel.is_set():
+        if self._cancel.is_set() or report is None:
             self.cancelled = True
         else:
             self.q, self.report = q, report
 
+    def _report(self, result):
+        """(q, report) of a LoopResult; report None when it was cancelled."""
+        return result.q, None if result.cancelled else solve.report(self.gathered, result, self.notes)
+
     def _solve_in_thread(self):
-        """(q, report) of solve.solve in this thread; report None when cancelled."""
-        result = solve.solve(self.gathered, self.settings, callback=self._callback)
-        return result.q, None if result.cancelled else solve.report(self.gathered, result)
+        """(q, report) of solve.solve in this thread."""
+        return self._report(solve.solve(self.gathered, self.settings, callback=self._callback))
 
     def _python(self):
         """The Python to solve in, or None (solve in this thread; ``notes`` say why when one was wanted)."""
@@ -149,38 +149,47 @@ class SolveJob:
         return python
 
     def _solve_in_process(self, python):
-        """(q, report) from a child process; (None, None) when cancelled. Errors the child reports are
-        raised again as the same exceptions (class and message); a child that dies says so."""
+        """(q, report) of ``python -m solver_core loop`` in a child process ((None, None) when cancelled).
+        Its errors are raised with their messages (exit 2: LoopInputError, 3: LoopSolveError); a child
+        that dies says so."""
         folder = self.folder = files.make_temp_folder()
+        paths = {name: os.path.join(folder, name) for name in ("problem.npz", "clip.npy", "result.npz")}
         try:
             try:
-                solve_process.write_job(folder, self.gathered, self.settings)
+                sc.save_problem(paths["problem.npz"], self.gathered.problem)
             except TypeError as exc:
                 self.notes.append(f"solved inside Blender, which may not redraw during the solve: {exc}")
                 return self._solve_in_thread()
+            np.save(paths["clip.npy"], self.gathered.source)
             self.where = "process"
+            solve.check(self.settings)
             with self._child_lock:
                 if self._cancel.is_set():
                     return None, None
-                child = self._child = solve_process.start(python, folder)
+                child = self._child = solve_process.start(
+                    python, folder, "loop", paths["problem.npz"], "-o", paths["result.npz"], "--clip",
+                    paths["clip.npy"], "--init", self.settings.init, "--max-iters", str(int(self.settings.iterations)),
+                    "--tol", repr(float(self.settings.tolerance)), "--stop-with-stdin")
                 self.child_pid = child.pid
+            output = []
             try:
                 for line in child.stdout:
-                    info = solve_process.parse_progress(line)
+                    info = sc.parse_progress(line)
                     if info is not None:
                         self._progress.put(info)
-                    elif line.strip():
-                        print(line, end="")
+                    else:
+                        output.append(line)
                 status = child.wait()
             finally:
                 self._stop_child()
             if self._cancel.is_set():
                 return None, None
             if status == 0:
-                return solve_process.read_result(folder)
-            error = solve_process.read_error(folder)
-            if error is not None:
-                raise error
+                report = dict(solve_process.read_report(output), **solve.about(self.gathered, self.notes))
+                return sc.load_result(paths["result.npz"]).q, report
+            message = solve_process.error_message(folder)
+            if message and status in (2, 3):
+                raise (LoopInputError if status == 2 else LoopSolveError)(message)
             raise LoopSolveError(f"the solver process stopped unexpectedly (exit status {status}); "
                                  "see the system console")
         finally:

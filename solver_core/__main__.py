@@ -1,16 +1,34 @@
-"""Command line: ``python -m solver_core loop PROBLEM.npz -o RESULT.npz``, ``demo nbody``, ``bench nbody``, ``bench speed``."""
+"""Command line: ``python -m solver_core loop PROBLEM.npz -o RESULT.npz``, ``versions``, ``demo nbody``,
+``bench nbody``, ``bench speed``. The add-on's background solve is ``loop`` in a child Python."""
 import argparse
 import json
 import os
 import sys
+import threading
 import time
 
+import numpy as np
+
+from .clip_loop import CLIP_INITS, LoopFailed, loop_clip
 from .io import load_problem, save_result
-from .loop import TOL, make_loop
+from .linsolve import BACKENDS
+from .loop import MAX_ITERS, TOL, make_loop
+from .report import loop_report, progress_line, versions
 
 
 def _progress(info):
-    print(f"[{info['phase']}] iteration {info['iteration']:4d}  loss {info['loss']:.6e}", flush=True)
+    print(progress_line(info), flush=True)
+
+
+def _quit_with_parent():
+    """Exit as soon as stdin closes (the launching program is gone) instead of solving for nobody."""
+    def watch():
+        try:
+            while os.read(0, 4096):     # a raw read: no lock of sys.stdin held at interpreter shutdown
+                pass
+        finally:
+            os._exit(1)
+    threading.Thread(target=watch, name="solver-parent-watch", daemon=True).start()
 
 
 def _check_output(problem, output):
@@ -31,18 +49,22 @@ def _check_output(problem, output):
 
 def cmd_loop(args):
     _check_output(args.problem, args.output)
+    if args.init == "cache" and args.clip is None:
+        raise ValueError("--init cache starts from the clip: give it with --clip CLIP.npy")
+    if args.stop_with_stdin:
+        _quit_with_parent()
     prob = load_problem(args.problem)
-    init = args.init
-    res = make_loop(prob, init=init, max_iters=args.max_iters, tol=args.tol, backend=args.backend,
-                    callback=None if args.quiet else _progress)
+    callback = None if args.quiet else _progress
+    options = dict(init=args.init, max_iters=args.max_iters, tol=args.tol, backend=args.backend, callback=callback)
+    clip = None if args.clip is None else np.load(args.clip, allow_pickle=False)
+    res = make_loop(prob, **options) if clip is None else loop_clip(prob, clip, **options)
     save_result(args.output, res)
-    report = dict(status=res.status, success=res.success, message=res.message,
-                  init_used=res.init_used, fallback_reason=res.fallback_reason, stop_reason=res.stop_reason,
-                  fast_projection_iterations=res.fast_projection_iterations,
-                  gauss_newton_iterations=res.gauss_newton_iterations, seconds=round(res.seconds, 3),
-                  initial_loss=res.initial_loss, final_loss=res.final_loss,
-                  metrics=res.metrics["loop"], output=args.output)
-    print(json.dumps(report, indent=2))
+    print(json.dumps(loop_report(prob, res, clip), indent=2))
+
+
+def cmd_versions(args):
+    """Print the Python, numpy and SciPy versions as JSON (a launcher checks them against its own)."""
+    print(json.dumps(versions()))
 
 
 def cmd_demo(args):
@@ -73,12 +95,19 @@ def main(argv=None):
     p = sub.add_parser("loop", help="solve a saved LoopProblem and save the LoopResult")
     p.add_argument("problem")
     p.add_argument("-o", "--output", required=True)
-    p.add_argument("--init", default="fast_projection", choices=["fast_projection", "forward", "crossfade"])
-    p.add_argument("--max-iters", type=int, default=200)
+    p.add_argument("--clip", metavar="CLIP.npy",
+                   help="the simulated clip (n_frames, n, 3) the problem was taken from: the start when the "
+                        "forward simulation fails, and the report's source column")
+    p.add_argument("--init", default="fast_projection", choices=CLIP_INITS,
+                   help="initial guess (cache: a crossfade of --clip)")
+    p.add_argument("--max-iters", type=int, default=MAX_ITERS)
     p.add_argument("--tol", type=float, default=TOL)
-    p.add_argument("--backend", default="auto", choices=["auto", "cholmod", "scipy", "structured"])
+    p.add_argument("--backend", default="auto", choices=["auto", *BACKENDS])
     p.add_argument("--quiet", action="store_true", help="no per-iteration progress lines")
+    p.add_argument("--stop-with-stdin", action="store_true", help="exit when standard input closes")
     p.set_defaults(func=cmd_loop)
+    p = sub.add_parser("versions", help="print the Python, numpy and SciPy versions as JSON")
+    p.set_defaults(func=cmd_versions)
     p = sub.add_parser("demo", help="run a demo scene and save its plot")
     p.add_argument("scene", choices=["nbody"])
     p.add_argument("--out", default="out")
@@ -110,6 +139,9 @@ def main(argv=None):
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except LoopFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("interrupted: nothing was written", file=sys.stderr)
         return 130

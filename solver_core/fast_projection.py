@@ -22,6 +22,7 @@ import numpy as np
 import scipy.sparse.linalg as spla
 
 from .forward import SimulationFailed, simulate
+from .result import CANCELLED, CONVERGED, ITERATION_CAP, NO_PROGRESS, Result, halts
 
 
 class FastProjectionDiverged(RuntimeError):
@@ -108,10 +109,10 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
     docstring), backtracking the step on G = |r|^2 / 2 (position and velocity mismatch at the wrap
     in units of the clip's median per-step change), until G <= ``rtol`` G(0), or G <= ``stop_fraction``
     G(0) (stop early: a loose closure can start Gauss–Newton better than a tight one), or G has not
-    halved over ``stall_window`` iterations, or ``max_iters``. Returns
-    ``(q, info)`` for the last (and best: steps only lower G) iterate: the loop q (n_steps, n, 3)
-    simulated with its controls, and a
-    dict with iterations, G (per iterate), seconds, controls, converged, cancelled, final_G, message,
+    halved over ``stall_window`` iterations, or ``max_iters``. Returns a ``Result`` for the last (and
+    best: steps only lower G) iterate: ``x`` the loop (n_steps, n, 3) simulated with its controls,
+    status, success (G fell to ``rtol`` or ``stop_fraction`` of G(0)), nit, history (loss: G), and
+    G (per iterate), seconds, controls, converged, cancelled, final_G, message,
     position_jump / velocity_jump (RMS mismatch at the wrap per iterate, m and m/s), control_norm
     (|u|_{M^-1} per iterate), krylov_iterations (LSQR), step (backtracking factor) and damping (after the
     step) per iteration, and with
@@ -120,7 +121,7 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
     Raises FastProjectionDiverged (Remark 2), saying why, when the forward simulation fails, or when it
     stops short of both rules (no step along the projection reduces G, a stall, or the iteration cap) with
     the loop still open: RMS mismatch sqrt(2 G) above ``accept`` of the clip's median per-step change.
-    ``callback(info)`` returning True cancels and returns the last iterate.
+    A ``callback(info)`` that ``halts`` cancels and returns the last iterate.
     """
     L = prob.n_steps
     mass = prob.model.mass
@@ -176,7 +177,7 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
         record(q)
         if keep_iterates:
             info["iterates"].append(q[:L])
-        if callback is not None and callback(dict(phase="fast_projection", iteration=it, loss=G)):
+        if halts(callback, dict(phase="fast_projection", iteration=it, loss=G)):
             info["cancelled"] = True
             message = "cancelled"
             break
@@ -185,9 +186,13 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
         raise FastProjectionDiverged(
             f"fast projection did not close the loop: the RMS mismatch at the wrap is still {np.sqrt(2 * G):.2g} "
             f"(from {np.sqrt(2 * g0):.3g}) of the clip's median per-step change ({message})")
-    info.update(iterations=len(info["G"]) - 1, seconds=time.perf_counter() - t0, controls=controls,
+    info.update(seconds=time.perf_counter() - t0, controls=controls,
                 final_G=G, converged=G <= rtol * g0, message=message)
-    return q[:L], info
+    status = (CANCELLED if info["cancelled"] else CONVERGED if stopped else
+              ITERATION_CAP if it >= max_iters else NO_PROGRESS)
+    return Result(x=q[:L], status=status, success=status == CONVERGED, nit=len(info["G"]) - 1,
+                  history=[dict(phase="fast_projection", iteration=i, loss=g) for i, g in enumerate(info["G"])],
+                  **info)
 
 
 def _backtrack(prob, closure, controls, du, G, predicted, max_halvings):

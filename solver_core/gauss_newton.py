@@ -1,12 +1,11 @@
 """Gauss–Newton on the loop loss (paper Algorithm 1) with backtracking line search."""
 import time
-from functools import partial
 
 import numpy as np
-import scipy.sparse as sp
 
-from .linsolve import NotPositiveDefinite, make_backend
-from .residual import ResidualJacobian, inertia_metric, loss, penalty_terms, residual_steps
+from .linsolve import DirectBackend, make_backend
+from .residual import loss, residual_steps
+from .result import CANCELLED, CONVERGED, ITERATION_CAP, NO_PROGRESS, Result, halts
 from .structured_solve import supports
 
 _MAX_DAMPING_RAISES = 12  # trust-region shrinks (damping raises) per iteration before it gives up
@@ -29,25 +28,18 @@ AUTO_STRUCTURED_MIN_UNKNOWNS = 15_000
 AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY = 60_000
 
 
+# Gauss–Newton's stop reasons as result status codes
+STATUS = dict(tol=CONVERGED, step_tol=CONVERGED, max_iters=ITERATION_CAP, no_progress=NO_PROGRESS,
+              cancelled=CANCELLED)
+
+
 def choose_backend(prob, name="auto"):
-    """The backend "auto" means for ``prob``: "structured" where it applies and the problem is large,
-    else the direct solve ("auto" of ``make_backend``). Other names pass through."""
+    """The one place that picks a backend: what "auto" means for ``prob``: "structured" where it applies
+    and the problem is large, else the direct solve ("auto" of ``make_backend``). Other names pass through."""
     least = AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY if prob.model.velocity_terms else AUTO_STRUCTURED_MIN_UNKNOWNS
     if name == "auto" and supports(prob) is None and int(prob.free_mask().sum()) >= least:
         return "structured"
     return name
-
-
-def _penalty_gradient_and_diagonal(prob, q, free_flat):
-    """Gradient and Hessian diagonal of the soft initial-condition penalties on the free unknowns."""
-    grad = np.zeros(q.size)
-    diag = np.zeros(q.size)
-    dof = 3 * prob.n_vertices
-    for w, j, target in penalty_terms(prob, q):
-        w3 = np.repeat(w, 3)
-        grad[j * dof:(j + 1) * dof] += w3 * (q[j] - target).ravel()
-        diag[j * dof:(j + 1) * dof] += w3
-    return grad[free_flat], diag[free_flat]
 
 
 class GaussNewton:
@@ -61,34 +53,33 @@ class GaussNewton:
     from its forward simulation (exact solves, 100 iterations): loss 8.56 with this metric, 21.3 with
     Marquardt's diag(H) and 10.8 with the earlier line search and diag(H) damping.
 
-    One instance keeps the residual-Jacobian pattern and the linear-solver backend (and so its
-    symbolic factorization) for all its iterations. A problem-aware backend (one with ``bind``, such
-    as "structured") computes gradient, direction and Gauss–Newton products itself: ``bind(prob)``, then
-    per iteration ``g = linearize(q, u)``, ``direction(g, damping)`` and ``apply(d)``. When its inexact
-    direction stalls, Gauss–Newton asks it to ``tighten()``; once it cannot, "auto" switches to the
-    direct solve (``switched`` records the iteration). ``history`` lists per-iteration dicts with
-    iteration, loss, damping, rho, step_norm, grad_norm, seconds and backend.
+    One instance keeps its backend (linsolve's protocol: direct or structured, and so a symbolic
+    factorization) for all its iterations. When an inexact direction stalls, Gauss–Newton asks it to
+    ``tighten()``; once it cannot, "auto" switches to the direct solve (``switched`` records the
+    iteration). ``run`` returns a ``Result``; ``history`` lists per-iteration dicts with iteration, loss,
+    damping, rho, step_norm, grad_norm, seconds and backend.
     """
 
     def __init__(self, prob, backend="auto"):
         self.prob = prob
         self.auto = backend == "auto"
         self._use(make_backend(choose_backend(prob, backend)))
-        self._jac = None
         self.history = []
         self.switched = None
-        self.metric = inertia_metric(prob)
 
     def _use(self, backend):
         self.backend = backend
-        self.problem_aware = hasattr(backend, "bind")
-        if self.problem_aware:
-            backend.bind(self.prob)
+        backend.bind(self.prob)
+
+    @property
+    def problem_aware(self):
+        """True when the backend never assembles the Gauss–Newton matrix (the structured solve)."""
+        return not isinstance(self.backend, DirectBackend)
 
     def _recover(self, iteration, switch):
         """After an inexact direction converged or failed: True if the inexact solve was tightened
         or, with ``switch`` (the direction failed), "auto" switched to the direct solve."""
-        if not (self.problem_aware and self.backend.inexact):
+        if not self.backend.inexact:
             return False
         if self.backend.tighten():
             return True
@@ -100,45 +91,16 @@ class GaussNewton:
 
     @property
     def jac(self):
-        """The assembled residual Jacobian (built on first use)."""
-        if self._jac is None:
-            self._jac = ResidualJacobian(self.prob)
-        return self._jac
+        """The direct backend's residual Jacobian."""
+        return self.backend.jac
 
     def system(self, q):
-        """(H, g): Gauss–Newton matrix J^T B J + K^T C K and gradient J^T B u + K^T C g at q."""
-        J = self.jac.assemble(q)
-        u = self.jac.active_rows(residual_steps(self.prob, q))
-        w = self.jac.row_weights
-        g = J.T @ (w * u)
-        WJ = sp.diags(np.sqrt(w)) @ J
-        H = (WJ.T @ WJ).tocsc()
-        pg, pdiag = _penalty_gradient_and_diagonal(self.prob, q, self.jac.free_flat)
-        if np.any(pdiag):
-            H = H + sp.diags(pdiag, format="csc")
-        return H, g + pg
+        """(H, g) of the direct backend at q (see ``DirectBackend.system``)."""
+        return self.backend.system(q)
 
     def direction(self, H, g, damping=0.0):
-        """Solve (H + damping D) d = -g, D the inertia metric; if singular, retry with a growing Levenberg shift."""
-        if damping > 0:
-            H = (H + sp.diags(damping * self.metric)).tocsc()
-        shift = 0.0
-        scale = float(H.diagonal().mean())
-        for _ in range(8):
-            try:
-                self.backend.factorize(H, shift)
-                return -self.backend.solve(g)
-            except NotPositiveDefinite:
-                shift = scale * (1e-10 if shift == 0.0 else shift / scale * 100)
-        raise NotPositiveDefinite("the Gauss–Newton matrix stays singular even with a Levenberg shift")
-
-    def _linearize(self, q):
-        """(g, direction(g, damping), product d -> H d) at q."""
-        if self.problem_aware:
-            g = self.backend.linearize(q, residual_steps(self.prob, q))
-            return g, self.backend.direction, self.backend.apply
-        H, g = self.system(q)
-        return g, partial(self.direction, H), H.__matmul__
+        """The direct backend's step for (H, g) (see ``DirectBackend.solve_system``)."""
+        return self.backend.solve_system(H, g, damping)
 
     def _trial(self, q, d, free):
         trial = q.ravel().copy()
@@ -150,8 +112,8 @@ class GaussNewton:
         """Iterate from ``q0`` (n_steps, n, 3) until the relative loss decrease, or the decrease the
         undamped model still predicts, is below ``tol``; the step is below ``step_tol`` relative to |q|;
         or ``max_iters``. ``stop_reason`` says which ("tol", "step_tol", "max_iters", "no_progress",
-        "cancelled"). Returns the best iterate (the last one: the loss never increases).
-        ``callback(info)`` returning True stops after that iteration."""
+        "cancelled"). Returns a ``Result`` whose ``x`` is the best iterate (the last one: the loss never
+        increases). A ``callback(info)`` that ``halts`` stops after that iteration."""
         prob = self.prob
         q = prob.apply_constraints(prob.check_trajectory(q0, "initial guess"))
         free = np.flatnonzero(prob.free_mask())
@@ -163,7 +125,8 @@ class GaussNewton:
         t0 = time.perf_counter()
         lam, grow = _DAMPING0, 2.0
         for it in range(1, max_iters + 1):
-            g, solve, apply_h = self._linearize(q)
+            g = self.backend.linearize(q, residual_steps(prob, q))
+            solve, apply_h = self.backend.direction, self.backend.apply
             accepted, raises, smallest_gain = None, 0, np.inf
             for raises in range(_MAX_DAMPING_RAISES):
                 d = solve(g, lam)
@@ -191,7 +154,7 @@ class GaussNewton:
             self.history.append(dict(iteration=it, loss=current, damping=lam, rho=rho, step_norm=step_norm,
                                      grad_norm=float(np.linalg.norm(g)), seconds=time.perf_counter() - t0,
                                      phase=phase, backend=self.backend.name))
-            if callback is not None and callback(dict(self.history[-1])):
+            if halts(callback, dict(self.history[-1])):
                 self.cancelled = True
                 self.stop_reason = "cancelled"
                 break
@@ -205,4 +168,11 @@ class GaussNewton:
             if step_norm <= step_tol * max(np.linalg.norm(flat), 1e-300):
                 self.stop_reason = "step_tol"
                 break
-        return q
+        return self._result(q, time.perf_counter() - t0)
+
+    def _result(self, q, seconds):
+        """The Result of the run that ended at q."""
+        status = STATUS[self.stop_reason]
+        return Result(x=q, status=status, success=status == CONVERGED, message=self.stop_reason,
+                      nit=len(self.history) - 1, history=list(self.history), seconds=seconds,
+                      stop_reason=self.stop_reason, cancelled=self.cancelled, switched=self.switched)

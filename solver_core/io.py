@@ -2,7 +2,9 @@
 
 A model is stored as the tree of its force terms' constructor arguments (each force term remembers
 them), so any model built from solver_core classes round-trips; arrays go into the archive, the tree
-into a JSON string.
+into a JSON string. A force term is named relative to this package (``models.cloth.Cloth``), so a file
+reads the same whatever the package is called where it was saved (``solver_core``, or inside a Blender
+extension); a class of another package keeps its full name.
 """
 import json
 import os
@@ -17,11 +19,20 @@ from .problem import LoopProblem
 FORMAT_VERSION = 1
 
 
+_PACKAGE = __name__.rpartition(".")[0] + "."
+
+
+def _term_name(cls):
+    """The name a force term class is saved under: relative to this package when it is one of its own."""
+    module = cls.__module__
+    return f"{module[len(_PACKAGE):] if module.startswith(_PACKAGE) else module}.{cls.__qualname__}"
+
+
 def _term_classes():
     found, stack = {}, [Term]
     while stack:
         cls = stack.pop()
-        found[f"{cls.__module__}.{cls.__qualname__}"] = cls
+        found[_term_name(cls)] = cls
         stack.extend(cls.__subclasses__())
     return found
 
@@ -30,7 +41,7 @@ def _encode(value, arrays):
     if isinstance(value, Term):
         args, kwargs = value.init_args
         cls = type(value)
-        return {"__term__": f"{cls.__module__}.{cls.__qualname__}",
+        return {"__term__": _term_name(cls),
                 "args": [_encode(a, arrays) for a in args],
                 "kwargs": {k: _encode(v, arrays) for k, v in kwargs.items()}}
     if isinstance(value, (list, tuple)):
@@ -53,7 +64,8 @@ def _decode(value, arrays, classes):
         if "__list__" in value:
             return [_decode(v, arrays, classes) for v in value["__list__"]]
         if "__term__" in value:
-            cls = classes.get(value["__term__"])
+            # files saved before names were relative hold "solver_core.models...."
+            cls = classes.get(value["__term__"]) or classes.get(value["__term__"].rpartition("solver_core.")[2])
             if cls is None:
                 raise ValueError(f"unknown force model {value['__term__']!r} in the file")
             return cls(*[_decode(a, arrays, classes) for a in value["args"]],
@@ -128,9 +140,9 @@ _RESULT_ARRAYS = ("q", "q_steps", "initial_guess")
 
 def save_result(path, res):
     """Save a LoopResult to ``path`` (.npz)."""
-    fields = {k: v for k, v in vars(res).items() if k not in _RESULT_ARRAYS}
+    fields = {k: v for k, v in res.items() if k not in _RESULT_ARRAYS}
     meta = dict(kind="result", format_version=FORMAT_VERSION, **fields)
-    arrays = {k: getattr(res, k) for k in _RESULT_ARRAYS}
+    arrays = {k: res[k] for k in _RESULT_ARRAYS}
     arrays["meta"] = np.array(json.dumps(meta, default=float))
     _write_npz(path, arrays)
 

@@ -1,16 +1,19 @@
-"""Sparse symmetric positive definite solves behind one small interface.
+"""Gauss–Newton's linear solves, direct and structured, behind one backend protocol.
 
-``make_backend("auto" | "cholmod" | "scipy" | "structured")`` returns an object with
-``factorize(A)`` and ``solve(b)``, or, for "structured" (see ``structured_solve``), a problem-aware
-backend with ``bind(prob)``, ``linearize(q, u)`` and ``direction(g, damping)`` that never assembles
-the matrix. The CHOLMOD backend computes the symbolic analysis on the first matrix and reuses it
-for every later one (the Gauss–Newton matrix keeps its sparsity pattern); the SciPy backend (SuperLU)
-is the fallback when scikit-sparse is not importable.
+``make_backend("auto" | "cholmod" | "scipy" | "structured")`` returns a backend that Gauss–Newton
+drives the same way whatever it is: ``bind(prob)`` once; per iteration ``g = linearize(q, u)``,
+``direction(g, damping)`` (the step solving (J^T B J + damping D) d = -g, D the inertia metric) and
+``apply(d)`` (the Gauss–Newton product); ``tighten()`` when an inexact direction stalled (False: it
+cannot); ``inexact``; ``name``. The direct backends (``DirectBackend``) assemble the matrix and
+factorize it: CHOLMOD computes the symbolic analysis on the first matrix and reuses it for every later
+one (the Gauss–Newton matrix keeps its sparsity pattern); SciPy (SuperLU) is the fallback when
+scikit-sparse is not importable. "structured" (see ``structured_solve``) never assembles the matrix.
 """
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from .residual import ResidualJacobian, inertia_metric, penalty_terms, residual_steps
 from .structured_solve import StructuredBackend
 
 try:
@@ -23,7 +26,85 @@ class NotPositiveDefinite(ArithmeticError):
     """The matrix could not be factorized as symmetric positive definite."""
 
 
-class CholmodBackend:
+def _penalty_gradient_and_diagonal(prob, q, free_flat):
+    """Gradient and Hessian diagonal of the soft initial-condition penalties on the free unknowns."""
+    grad = np.zeros(q.size)
+    diag = np.zeros(q.size)
+    dof = 3 * prob.n_vertices
+    for w, j, target in penalty_terms(prob, q):
+        w3 = np.repeat(w, 3)
+        grad[j * dof:(j + 1) * dof] += w3 * (q[j] - target).ravel()
+        diag[j * dof:(j + 1) * dof] += w3
+    return grad[free_flat], diag[free_flat]
+
+
+class DirectBackend:
+    """The backend protocol by assembling H = J^T B J + K^T C K and factorizing it (subclasses supply
+    ``factorize(A, shift)`` and ``solve(b)``)."""
+
+    inexact = False
+
+    def bind(self, prob):
+        """Solve for the LoopProblem ``prob`` from now on."""
+        self.prob = prob
+        self.metric = inertia_metric(prob)
+        self._jac = None
+        self._H = None
+
+    @property
+    def jac(self):
+        """The assembled residual Jacobian (built on first use)."""
+        if self._jac is None:
+            self._jac = ResidualJacobian(self.prob)
+        return self._jac
+
+    def system(self, q, u=None):
+        """(H, g): Gauss–Newton matrix J^T B J + K^T C K and gradient J^T B u + K^T C g at q (u: the
+        residual at q, computed when not given)."""
+        J = self.jac.assemble(q)
+        u = self.jac.active_rows(residual_steps(self.prob, q) if u is None else u)
+        w = self.jac.row_weights
+        g = J.T @ (w * u)
+        WJ = sp.diags(np.sqrt(w)) @ J
+        H = (WJ.T @ WJ).tocsc()
+        pg, pdiag = _penalty_gradient_and_diagonal(self.prob, q, self.jac.free_flat)
+        if np.any(pdiag):
+            H = H + sp.diags(pdiag, format="csc")
+        return H, g + pg
+
+    def solve_system(self, H, g, damping=0.0):
+        """Solve (H + damping D) d = -g, D the inertia metric; if singular, retry with a growing Levenberg shift."""
+        if damping > 0:
+            H = (H + sp.diags(damping * self.metric)).tocsc()
+        shift = 0.0
+        scale = float(H.diagonal().mean())
+        for _ in range(8):
+            try:
+                self.factorize(H, shift)
+                return -self.solve(g)
+            except NotPositiveDefinite:
+                shift = scale * (1e-10 if shift == 0.0 else shift / scale * 100)
+        raise NotPositiveDefinite("the Gauss–Newton matrix stays singular even with a Levenberg shift")
+
+    def linearize(self, q, u):
+        """Gradient at q with residual u; assembles the matrix of the next ``direction`` solves."""
+        self._H, g = self.system(q, u)
+        return g
+
+    def direction(self, g, damping=0.0):
+        """The step d solving (H + damping D) d = -g at the last linearization."""
+        return self.solve_system(self._H, g, damping)
+
+    def apply(self, d):
+        """The Gauss–Newton product H d at the last linearization."""
+        return self._H @ d
+
+    def tighten(self):
+        """A direct solve is exact: nothing to tighten."""
+        return False
+
+
+class CholmodBackend(DirectBackend):
     """CHOLMOD supernodal Cholesky with the symbolic analysis reused across factorizations."""
 
     name = "cholmod"
@@ -52,7 +133,7 @@ class CholmodBackend:
         return int(self._factor.L().nnz)
 
 
-class ScipyBackend:
+class ScipyBackend(DirectBackend):
     """SciPy SuperLU on the (shifted) matrix; checks positive pivots of symmetric input."""
 
     name = "scipy"
@@ -83,9 +164,9 @@ BACKENDS = {"cholmod": CholmodBackend, "scipy": ScipyBackend, "structured": Stru
 
 
 def make_backend(name="auto"):
-    """A fresh linear-solver backend: "cholmod", "scipy", "structured", or "auto" (the direct solve:
-    CHOLMOD when available, else SciPy). ``GaussNewton`` resolves its own "auto" with
-    ``gauss_newton.choose_backend``, which picks "structured" for large problems it applies to."""
+    """A fresh backend: "cholmod", "scipy", "structured", "auto" (the direct solve: CHOLMOD when available,
+    else SciPy), or a backend object as it is. Which one a problem gets is ``gauss_newton.choose_backend``'s
+    choice alone."""
     if name == "auto":
         name = "cholmod" if cholmod is not None else "scipy"
     if isinstance(name, str):

@@ -1,6 +1,5 @@
 """make_loop: initial guess, then Gauss–Newton on the loop loss."""
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -10,6 +9,7 @@ from .forward import SimulationFailed, simulate
 from .gauss_newton import GaussNewton
 from .metrics import loop_metrics
 from .residual import loss
+from .result import CANCELLED, CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, Result
 
 INITS = ("fast_projection", "forward", "crossfade")
 # When fast projection fails, Gauss–Newton runs this many iterations from the forward clip and from its
@@ -21,117 +21,111 @@ RACE_ITERATIONS = 10
 # Gauss–Newton's default tolerance: a relative loss decrease per iteration below this is convergence (at
 # 1e-8 the wobbly bar (scale 0.25) ran into a 300-iteration cap while falling by 1e-7 per iteration).
 TOL = 1e-6
+MAX_ITERS = 200        # make_loop's default cap on Gauss–Newton iterations
 SEAMLESS_RATIO = 1.5   # a wrap whose jumps are within this factor of the median frame boundary cannot be seen
-# make_loop's status codes, like scipy's OptimizeResult.status
-CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, CANCELLED = range(5)
 
 
-@dataclass
-class LoopResult:
-    """The loop and how it was found.
+class LoopResult(Result):
+    """The loop and how it was found: a ``Result`` whose ``x`` is ``q``, ``nit`` the iterations of both
+    phases and ``seconds`` their time (the sum of ``fast_projection_seconds`` and ``gauss_newton_seconds``).
 
     q: (n_frames, n, 3) the loop at the frame rate; q_steps: (n_steps, n, 3) on the solver grid;
     initial_guess: (n_steps, n, 3) where Gauss–Newton started; history: per-iteration dicts (phase,
     iteration, loss, seconds; Gauss–Newton also damping, rho, step_norm; fast projection's loss is G).
-    As scipy's OptimizeResult: ``status`` (CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS,
-    CANCELLED), ``success`` (converged to a seamless loop) and ``message`` in words; ``metrics``:
-    ``loop_metrics`` of the initial guess and of the loop (wrap jump ratios, relative residual).
+    ``status`` (CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, CANCELLED), ``success``
+    (converged to a seamless loop) and ``message`` in words; ``metrics``: ``loop_metrics`` of the initial
+    guess and of the loop (wrap jump ratios, relative residual); init_used, fallback_reason, cancelled,
+    stop_reason, fast_projection_ and gauss_newton_ iterations and seconds, initial_loss, final_loss.
     """
-    q: np.ndarray
-    q_steps: np.ndarray
-    initial_guess: np.ndarray
-    history: list = field(default_factory=list)
-    init_used: str = ""
-    fallback_reason: str = ""
-    cancelled: bool = False
-    stop_reason: str = ""
-    fast_projection_iterations: int = 0
-    gauss_newton_iterations: int = 0
-    fast_projection_seconds: float = 0.0
-    gauss_newton_seconds: float = 0.0
-    initial_loss: float = float("nan")
-    final_loss: float = float("nan")
-    status: int = NO_PROGRESS
-    success: bool = False
-    message: str = ""
-    metrics: dict = field(default_factory=dict)
+
+    def __init__(self, q, q_steps, initial_guess, **fields):
+        super().__init__(q=q, q_steps=q_steps, initial_guess=initial_guess, history=[], init_used="",
+                         fallback_reason="", cancelled=False, stop_reason="", fast_projection_iterations=0,
+                         gauss_newton_iterations=0, fast_projection_seconds=0.0, gauss_newton_seconds=0.0,
+                         initial_loss=float("nan"), final_loss=float("nan"), status=NO_PROGRESS, success=False,
+                         message="", metrics={})
+        self.update(fields)
+        self.setdefault("seconds", self.fast_projection_seconds + self.gauss_newton_seconds)
 
     @property
-    def seconds(self):
-        return self.fast_projection_seconds + self.gauss_newton_seconds
+    def x(self):
+        return self.q
+
+    @property
+    def nit(self):
+        return self.fast_projection_iterations + self.gauss_newton_iterations
+
+
+def _guesses(guesses, reason="", phase=None, seconds=0.0):
+    """The Result of the initial-guess phase: ``guesses`` and ``fallback_reason`` beside fast projection's
+    status, nit, history and seconds (none when it did not run)."""
+    phase = phase or Result(status=CONVERGED, nit=0, history=[], seconds=seconds)
+    return Result(x=next(iter(guesses.values())), guesses=guesses, fallback_reason=reason, status=phase.status,
+                  success=phase.status == CONVERGED, nit=phase.nit, history=phase.history, seconds=phase.seconds)
 
 
 def _initial_guess(prob, init, callback):
-    """({init used: q0 on the solver grid}, fallback reason, fast-projection info or None): one guess, or
-    the two that Gauss–Newton races when fast projection failed."""
+    """The initial guess as a Result whose ``guesses`` are {init used: q0 on the solver grid}: one, or the
+    two that Gauss–Newton races when fast projection failed (the reason in ``fallback_reason``)."""
     if not isinstance(init, str):
         q0 = np.asarray(init, dtype=float)
         if q0.shape[:1] == (prob.n_frames,) and prob.substeps > 1:
             q0 = prob.steps_of(q0)
-        return {"array": prob.check_trajectory(q0, "initial guess")}, "", None
+        return _guesses({"array": prob.check_trajectory(q0, "initial guess")})
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS} or an array, got {init!r}")
     if init == "fast_projection":
         t0 = time.perf_counter()
         try:
-            q0, info = fast_projection(prob, callback=callback)
-            return {"fast_projection": q0}, "", info
+            fp = fast_projection(prob, callback=callback)
+            return _guesses({"fast_projection": fp.x}, phase=fp)
         except FastProjectionDiverged as exc:
-            info = dict(iterations=0, G=[], seconds=time.perf_counter() - t0, cancelled=False)
+            seconds = time.perf_counter() - t0
             clip = simulate(prob)
-            return {"forward": clip, "crossfade": crossfade_loop(clip)}, str(exc), info
+            return _guesses({"forward": clip, "crossfade": crossfade_loop(clip)}, str(exc), seconds=seconds)
     clip = simulate(prob)
     # The crossfade sits at the clip's middle frame at the wrap; the hard initial conditions are imposed on
     # it afterwards, like on any other guess.
-    return {init: crossfade_loop(clip) if init == "crossfade" else clip}, "", None
+    return _guesses({init: crossfade_loop(clip) if init == "crossfade" else clip})
 
 
-def make_loop(prob, init="fast_projection", max_iters=200, tol=TOL, callback=None, backend="auto"):
+def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto"):
     """Solve the loop problem ``prob`` and return a LoopResult.
 
     ``init``: "fast_projection" (when it fails, the reason is in ``fallback_reason`` and Gauss–Newton
     runs RACE_ITERATIONS from the forward clip and from its crossfade, and goes on from the better one), "forward", "crossfade", or an array (n_frames or
     n_steps, n, 3). ``callback(info)`` gets phase, iteration and loss after every iteration and
-    cancels by returning True: the best iterate so far is returned with ``cancelled=True``.
+    cancels when it ``halts`` (result.py): the best iterate so far is returned with ``cancelled=True``.
     Gauss–Newton stops when the loss, or the decrease its model still predicts, falls by less than
     ``tol`` relative per iteration, or at ``max_iters``; ``status``, ``success`` and ``message`` say
     whether the loop converged and whether its wrap can be seen.
     ``backend``: linear solver ("auto", "cholmod", "scipy" or a backend object).
     """
     try:
-        guesses, reason, fp = _initial_guess(prob, init, callback)
+        guess = _initial_guess(prob, init, callback)
     except SimulationFailed as exc:
         raise SimulationFailed(f"the forward simulation for the initial guess failed: {exc}") from exc
-    guesses = {name: prob.apply_constraints(q) for name, q in guesses.items()}
-    history = [] if fp is None else [dict(phase="fast_projection", iteration=i, loss=g)
-                                     for i, g in enumerate(fp["G"])]
+    guesses = {name: prob.apply_constraints(q) for name, q in guess.guesses.items()}
     init_used, q0 = next(iter(guesses.items()))
-    res = LoopResult(q=prob.frames_of(q0), q_steps=q0, initial_guess=q0, history=history,
-                     init_used=init_used, fallback_reason=reason, initial_loss=loss(prob, q0))
-    if fp is not None:
-        res.fast_projection_iterations = fp["iterations"]
-        res.fast_projection_seconds = fp["seconds"]
-        if fp["cancelled"]:
-            res.cancelled, res.stop_reason, res.final_loss = True, "cancelled", res.initial_loss
-            _verdict(prob, res, [], max_iters)
-            return res
+    res = LoopResult(q=prob.frames_of(q0), q_steps=q0, initial_guess=q0, history=list(guess.history),
+                     init_used=init_used, fallback_reason=guess.fallback_reason, initial_loss=loss(prob, q0),
+                     fast_projection_iterations=guess.nit, fast_projection_seconds=guess.seconds)
+    if guess.status == CANCELLED:
+        res.update(cancelled=True, stop_reason="cancelled", final_loss=res.initial_loss)
+        _verdict(prob, res, [], max_iters)
+        return res
     t0 = time.perf_counter()
     if len(guesses) > 1:
-        res.init_used, gn, q = _race(prob, guesses, backend, min(RACE_ITERATIONS, max_iters), tol, callback)
-        res.initial_guess, res.initial_loss = guesses[res.init_used], gn.history[0]["loss"]
-        done = len(gn.history) - 1
-        if gn.stop_reason == "max_iters" and max_iters > done:
-            q = _run_on(gn, q, max_iters - done, tol, callback)
+        res.init_used, gn, run = _race(prob, guesses, backend, min(RACE_ITERATIONS, max_iters), tol, callback)
+        res.initial_guess, res.initial_loss = guesses[res.init_used], run.history[0]["loss"]
+        if run.stop_reason == "max_iters" and max_iters > run.nit:
+            run = _run_on(gn, run, max_iters - run.nit, tol, callback)
     else:
-        gn = GaussNewton(prob, backend)
-        q = gn.run(q0, max_iters=max_iters, tol=tol, callback=callback)
-    res.gauss_newton_seconds = time.perf_counter() - t0
-    res.history += gn.history
-    res.q_steps, res.q = q, prob.frames_of(q)
-    res.gauss_newton_iterations = len(gn.history) - 1
-    res.cancelled, res.stop_reason = gn.cancelled, gn.stop_reason
-    res.final_loss = gn.history[-1]["loss"]
-    _verdict(prob, res, gn.history, max_iters)
+        run = GaussNewton(prob, backend).run(q0, max_iters=max_iters, tol=tol, callback=callback)
+    res.update(gauss_newton_seconds=time.perf_counter() - t0, history=res.history + run.history, q_steps=run.x,
+               q=prob.frames_of(run.x), gauss_newton_iterations=run.nit, cancelled=run.cancelled,
+               stop_reason=run.stop_reason, final_loss=run.history[-1]["loss"])
+    _verdict(prob, res, run.history, max_iters)
     return res
 
 
@@ -143,32 +137,33 @@ def _shifted(callback, offset):
 
 
 def _race(prob, guesses, backend, iterations, tol, callback):
-    """Gauss–Newton for ``iterations`` from each guess: (name, GaussNewton, iterate) of the lower loss
+    """Gauss–Newton for ``iterations`` from each guess: (name, GaussNewton, its Result) of the lower loss
     (of the first cancelled run, if one is)."""
     best, offset = None, 0
     for name, q0 in guesses.items():
         gn = GaussNewton(prob, backend)
-        q = gn.run(q0, max_iters=iterations, tol=tol, callback=_shifted(callback, offset))
-        offset += len(gn.history) - 1
-        if gn.cancelled:
-            return name, gn, q
-        if best is None or gn.history[-1]["loss"] < best[1].history[-1]["loss"]:
-            best = (name, gn, q)
+        run = gn.run(q0, max_iters=iterations, tol=tol, callback=_shifted(callback, offset))
+        offset += run.nit
+        if run.cancelled:
+            return name, gn, run
+        if best is None or run.history[-1]["loss"] < best[2].history[-1]["loss"]:
+            best = (name, gn, run)
     return best
 
 
-def _run_on(gn, q, iterations, tol, callback):
-    """Continue ``gn`` from q for up to ``iterations`` more, appending to its history; returns the iterate."""
-    earlier = gn.history
-    done, seconds = earlier[-1]["iteration"], earlier[-1]["seconds"]
-    q = gn.run(q, max_iters=iterations, tol=tol, callback=_shifted(callback, done))
-    gn.history = earlier + [dict(h, iteration=h["iteration"] + done, seconds=h["seconds"] + seconds)
-                            for h in gn.history[1:]]
-    return q
+def _run_on(gn, run, iterations, tol, callback):
+    """Continue ``gn`` from its Result ``run`` for up to ``iterations`` more: the Result of both as one run."""
+    done, seconds = run.history[-1]["iteration"], run.history[-1]["seconds"]
+    more = gn.run(run.x, max_iters=iterations, tol=tol, callback=_shifted(callback, done))
+    more.history = run.history + [dict(h, iteration=h["iteration"] + done, seconds=h["seconds"] + seconds)
+                                  for h in more.history[1:]]
+    more.nit = len(more.history) - 1
+    return more
 
 
 def _verdict(prob, res, history, max_iters):
-    """Set ``metrics``, ``status``, ``success`` and ``message`` of a finished (or cancelled) run."""
+    """Set ``metrics``, ``seconds``, ``status``, ``success`` and ``message`` of a finished (or cancelled) run."""
+    res.seconds = res.fast_projection_seconds + res.gauss_newton_seconds
     res.metrics = dict(initial=loop_metrics(prob, res.initial_guess), loop=loop_metrics(prob, res.q_steps))
     before, after = res.metrics["initial"], res.metrics["loop"]
     wrap = (f"wrap velocity jump {after['velocity_jump_ratio']:.3g}x and position jump "

@@ -1,7 +1,63 @@
-"""Side-by-side metrics of a loop and its baselines, as printed by the demos and benchmarks."""
+"""Reports: the report of one loop (one dict, built here alone, for the panel, bake.py and the command
+line) and its text, the progress line of an iteration, the versions a solve depends on, and the side-by-side metrics of a loop and its
+baselines printed by the demos and benchmarks."""
+import re
+import sys
+
+import numpy as np
+import scipy
+
 from .baselines import crossfade_loop
 from .forward import simulate
 from .metrics import loop_metrics
+
+_PROGRESS = re.compile(r"^\[(\w+)\] iteration +(-?\d+)  loss (\S+)$")
+
+
+def loop_report(prob, res, clip=None, **about):
+    """The report of the LoopResult ``res`` of ``prob``: seam jumps and residuals of the loop (``loop``) and
+    of the simulated ``clip`` played as a loop (``source``, when given), the run's facts, and ``about``
+    (where the problem came from: model, objects, frames, notes, ...) as given."""
+    rep = dict(loop=res.metrics["loop"],
+               fast_projection_iterations=res.fast_projection_iterations,
+               gauss_newton_iterations=res.gauss_newton_iterations,
+               seconds=res.seconds, init_used=res.init_used, fallback_reason=res.fallback_reason,
+               stop_reason=res.stop_reason, status=res.status, success=res.success, message=res.message,
+               initial_loss=res.initial_loss, final_loss=res.final_loss,
+               n_frames=prob.n_frames, substeps=prob.substeps, n_vertices=prob.n_vertices)
+    if clip is not None:
+        rep["source"] = loop_metrics(prob, prob.steps_of(clip))
+    rep.update(about)
+    return rep
+
+
+def format_report(rep):
+    """The report as text lines for a console or a panel."""
+    rows = (("position jump", "position_jump"), ("velocity jump", "velocity_jump"),
+            ("residual (mean)", "residual_rel_mean"), ("residual (max)", "residual_rel_max"))
+    lines = [rep["message"]] if rep.get("message") else []
+    lines.append(f"{'':16}{'source cache':>16}{'loop':>16}")
+    lines += [f"{label:16}{rep['source'][key]:16.4g}{rep['loop'][key]:16.4g}" for label, key in rows]
+    init = rep["init_used"] + (f" (fell back: {rep['fallback_reason']})" if rep["fallback_reason"] else "")
+    lines.append(f"iterations: fast projection {rep['fast_projection_iterations']}, Gauss-Newton "
+                 f"{rep['gauss_newton_iterations']} ({rep['stop_reason'] or 'done'}); {rep['seconds']:.1f} s")
+    lines.append(f"init: {init}; model {rep['model']}, {rep['n_vertices']} vertices, {rep['n_frames']} frames "
+                 f"({rep['frames'][0]}..{rep['frames'][1]}), {rep['substeps']} substeps")
+    lines += [f"note: {note}" for note in rep["notes"]]
+    return lines
+
+
+def progress_line(info):
+    """The line the command line prints after an iteration: phase, iteration and the exact loss."""
+    return f"[{info['phase']}] iteration {int(info['iteration']):4d}  loss {float(info['loss'])!r}"
+
+
+def parse_progress(line):
+    """The progress dict (phase, iteration, loss) of a ``progress_line``, or None for another line."""
+    found = _PROGRESS.match(line.rstrip("\n"))
+    if found is None:
+        return None
+    return dict(phase=found[1], iteration=int(found[2]), loss=float(found[3]))
 
 COLUMNS = ("loss", "position_jump", "velocity_jump", "velocity_jump_ratio", "residual_rel_mean", "residual_rel_max")
 
@@ -22,3 +78,8 @@ def format_table(rows, columns=COLUMNS):
     for name, m in rows.items():
         lines.append(name.ljust(width) + "".join(f"{m[c]:20.4g}" for c in columns))
     return "\n".join(lines)
+
+
+def versions():
+    """{python: [major, minor], numpy, scipy}: what a solve in another Python must share with this one."""
+    return dict(python=list(sys.version_info[:2]), numpy=np.__version__, scipy=scipy.__version__)

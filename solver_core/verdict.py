@@ -43,7 +43,7 @@ def verdict(report):
     out.append(dict(kind="good" if closer else "warn",
                     headline="Physics: closer than cache" if closer else "Physics: worse than cache",
                     detail=f"residual {lr:.3g} vs {sr:.3g}"))
-    status = report.get("status")
+    status = report.get("status") if report.get("stop_reason") else None     # None: no solve (crossfade)
     gn, fp = report.get("gauss_newton_iterations", 0), report.get("fast_projection_iterations", 0)
     seconds = report.get("seconds", 0.0)
     if status in (CONVERGED, CONVERGED_WITH_SEAM):

@@ -29,7 +29,7 @@ def test_inexact_direction_holds_most_of_the_model_decrease():
     # holding 16% of the exact model decrease (measured); the model-decrease test keeps going
     prob = SCENES["flag"](0.25).prob
     gn = GaussNewton(prob, backend="cholmod")
-    q = gn.run(prob.apply_constraints(sc.simulate(prob)), max_iters=30)
+    q = gn.run(prob.apply_constraints(sc.simulate(prob)), max_iters=30).x
     assert _captured(prob, q, StructuredBackend()) >= 0.9
 
 

@@ -57,12 +57,12 @@ def metrics(jump, residual):
 
 
 def test_verdict_lines_are_short_and_say_it_in_words():
-    rep = dict(source=metrics(7.5, 0.9), loop=metrics(1.1, 0.03), status=CONVERGED, gauss_newton_iterations=12,
+    rep = dict(source=metrics(7.5, 0.9), loop=metrics(1.1, 0.03), status=CONVERGED, stop_reason="tol", gauss_newton_iterations=12,
                fast_projection_iterations=0, seconds=30.0, init_used="cache", fallback_reason="")
     assert sc.verdict_lines(rep) == ["Seamless: yes — 6.8× smoother than cache",
                                      "Physics: closer than cache — residual 0.03 vs 0.9",
                                      "Converged — 12 iterations, < 1 min"]
-    capped = dict(rep, loop=metrics(3.0, 2.0), status=ITERATION_CAP, gauss_newton_iterations=50, seconds=600.0,
+    capped = dict(rep, loop=metrics(3.0, 2.0), status=ITERATION_CAP, stop_reason="max_iters", gauss_newton_iterations=50, seconds=600.0,
                   init_used="crossfade", fallback_reason="fast projection did not close the loop: ...")
     verdict = sc.verdict(capped)
     assert [v["kind"] for v in verdict] == ["bad", "warn", "warn", "warn"]
@@ -72,6 +72,8 @@ def test_verdict_lines_are_short_and_say_it_in_words():
     for v in sc.verdict(rep) + verdict:
         assert len(v["headline"]) <= LINE_CHARS and len(v["detail"]) <= LINE_CHARS
     assert any("0.03 in the loop" in line for line in sc.verdict_details(rep))
+    crossfade = dict(rep, status=3, stop_reason="", gauss_newton_iterations=0, init_used="crossfade")
+    assert [v["headline"] for v in sc.verdict(crossfade)] == ["Seamless: yes", "Physics: closer than cache"]
 
 
 def read_png(data):

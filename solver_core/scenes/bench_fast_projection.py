@@ -49,11 +49,11 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0):
     try:
         # with --gn every iterate is a candidate start, closed or not
         extra = dict(keep_iterates=True, accept=float("inf")) if gn_iters > 0 else {}
-        q, info = fast_projection(prob, callback=progress, stop_fraction=stop_fraction, **extra)
+        info = fast_projection(prob, callback=progress, stop_fraction=stop_fraction, **extra)
     except FastProjectionDiverged as exc:
         print(f"  fast projection diverged: {exc}")
         return
-    it = info["iterations"]
+    q, it = info.x, info.nit
     per_it = info["seconds"] / max(it, 1)
     print(f"  fast projection: {it} iterations, {per_it:.2f} s/it ({per_it / forward:.1f} forward simulations), "
           f"{info['seconds']:.1f} s in all; G/G(0) {info['final_G'] / info['G'][0]:.2e}; position mismatch "

@@ -41,9 +41,9 @@ def main(argv=None):
           f"peak memory {_peak_gb():.2f} GB", flush=True)
     if args.fast_projection:
         try:
-            _, info = fast_projection(prob, max_iters=args.fast_projection)
+            info = fast_projection(prob, max_iters=args.fast_projection)
             outcome = f"G/G(0) {info['final_G'] / info['G'][0]:.2e}"
-            it, seconds = info["iterations"], info["seconds"]
+            it, seconds = info.nit, info.seconds
         except FastProjectionDiverged as exc:
             outcome, it, seconds = str(exc), args.fast_projection, float("nan")
         print(f"fast projection: {it} iterations, {seconds / max(it, 1):.1f} s/it; {outcome}; "
