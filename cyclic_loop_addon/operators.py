@@ -25,6 +25,7 @@ from .progress import Progress
 from .worker import SolveJob
 
 TIMER_SECONDS = 0.1
+STATUS_HINT = "Making a loop: Esc cancels"    # the status bar's left side while the loop is made
 # the panel's file outputs (properties.OUTPUTS) as bake outputs (outputs.OUTPUTS, which names their extensions)
 PANEL_OUTPUTS = {"ALEMBIC": "abc", "PC2": "pc2", "VAT": "vat", "GLTF": "glb", "WEB": "html"}
 OUTPUT_NAMES = {"ALEMBIC": "the Alembic file", "PC2": "the PC2 file", "VAT": "the VAT folder",
@@ -112,9 +113,9 @@ def _tag_redraw(context, sidebar_only=False):
     during a solve, and redrawing a whole viewport ten times a second is wasted work)."""
     for window in context.window_manager.windows:
         for area in window.screen.areas:
-            if area.type not in ("VIEW_3D", "STATUSBAR"):
+            if area.type != "VIEW_3D":
                 continue
-            if not sidebar_only or area.type == "STATUSBAR":
+            if not sidebar_only:
                 area.tag_redraw()
                 continue
             for region in area.regions:
@@ -144,8 +145,9 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             return {"CANCELLED"}
         settings = context.active_object.cyclic_loop_settings
         run, self._progress, self._writing = context.scene.cyclic_loop_run, Progress(settings.max_iters), False
-        run.running, run.phase, run.progress, run.message = True, "gather", 0.0, ""
+        run.running, run.phase, run.progress, run.percent, run.message = True, "gather", 0.0, 0, ""
         run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
+        context.workspace.status_text_set(STATUS_HINT)
         _starting = True
         _tag_redraw(context)
         wm = context.window_manager
@@ -169,6 +171,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             _starting = False
             if not self._start(context, python="auto"):
                 context.window_manager.event_timer_remove(self._timer)
+                context.workspace.status_text_set(None)
                 context.scene.cyclic_loop_run.running = False
                 _tag_redraw(context)
                 return {"CANCELLED"}
@@ -181,6 +184,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
                 self._sync(context)
             elif _job.done:
                 context.window_manager.event_timer_remove(self._timer)
+                context.workspace.status_text_set(None)
                 return self._finish(context)
         return {"PASS_THROUGH"}
 
@@ -188,6 +192,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         """Blender stops the operator (file load, window closed): stop the solve, write nothing."""
         global _job, _starting
         context.window_manager.event_timer_remove(self._timer)
+        context.workspace.status_text_set(None)
         _starting = False
         if _job is not None:
             _job.cancel()
@@ -226,6 +231,8 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             self._progress = Progress(settings.max_iters)
         self._progress.update("")
         run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, self._progress.shown
+        run.percent = round(100 * run.progress)
+        run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
         run.redraws, run.message = 0, ""
         return True
 
@@ -245,6 +252,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             self._shown = shown
             run.redraws += 1
             _tag_redraw(context, sidebar_only=True)
+            context.workspace.status_text_set(STATUS_HINT)   # redraws the status bar (not an area of the screen)
 
     def _finish(self, context):
         """Main thread, job done: write the loop and the report, or report why not."""

@@ -132,12 +132,12 @@ class Progress:
         return max(pace * (self.budget - self.iteration) - (self.clock() - self._last[0]), 0.0)
 
     def time_text(self):
-        """"1 min 05 s elapsed · about 2 min left" (before the pace is known: "estimating the time left")."""
+        """"1 min 05 s elapsed · about 2 min left" (before the pace is known: "time left: estimating")."""
         left = self.seconds_left
         if self.phase == "write":
             tail = "almost done"
         elif left is None:
-            tail = "estimating the time left"
+            tail = "time left: estimating"
         else:
             tail = f"{about(left)} left"
         return f"{duration(self.elapsed)} elapsed · {tail}"

@@ -158,7 +158,8 @@ class SolveJob:
             try:
                 sc.save_problem(paths["problem.npz"], self.gathered.problem)
             except TypeError as exc:
-                self.notes.append(f"solved inside Blender, which may not redraw during the solve: {exc}")
+                print(f"[cyclic-loop] the problem cannot be handed to a separate Python: {exc}", flush=True)
+                self.notes.append(f"{advice.SOLVED_INSIDE}: this model cannot be handed to a separate process")
                 return self._solve_in_thread()
             np.save(paths["clip.npy"], self.gathered.source)
             self.where = "process"

@@ -260,6 +260,8 @@ def steps():
         shot = PHASE_SHOTS.get(run.phase)
         if run.running and shot and shot not in result["screenshots"] and (
                 run.phase != "gauss_newton" or run.time_text.endswith(" left")):
+            with bpy.context.temp_override(window=window, area=area):    # draw this phase now: the
+                bpy.ops.wm.redraw_timer(type="DRAW_WIN_SWAP", iterations=1)  # screenshot shows the last drawn
             screenshot(shot)
             if run.phase == "gauss_newton":
                 screenshot("window_optimizing", whole_window=True)
@@ -312,6 +314,8 @@ def steps():
     result["run3_seam_icon"] = sys.modules["cyclic_loop.cyclic_loop_addon.run_report"].seam_icon()
     screenshot("panel_verdict")
     run.show_details = True
+    for _ in range(4):              # drawn open, so the sidebar can scroll down to them
+        yield
     with bpy.context.temp_override(window=window, area=area, region=region):
         for _ in range(30):         # down to the seam picture and the details
             bpy.ops.view2d.scroll_down(deltax=0, deltay=40)

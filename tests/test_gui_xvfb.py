@@ -117,8 +117,9 @@ def test_progress_names_phases_moves_smoothly_and_says_time_left(gui_run):
     assert all(" elapsed · " in s["time_text"] for s in run2)
     left = [s["time_text"] for s in run2 if s["phase"] == "gauss_newton" and s["time_text"].endswith(" left")]
     assert left and all(re.search(r"· (under a minute|about \d+ min) left$", t) for t in left), left
-    progress = [s["progress"] for s in run2]
-    assert max(b - a for a, b in zip(progress, progress[1:])) < 0.15, progress     # no jump
+    # no jump while solving (when the solver converges before its iteration cap, the bar then completes)
+    progress = [s["progress"] for s in run2 if s["phase"] != "write"]
+    assert max(b - a for a, b in zip(progress, progress[1:])) < 0.15, progress
     assert {"panel_reading", "panel_starting", "panel_initial_guess", "panel_optimizing", "panel_writing",
             "window_optimizing"} <= set(gui_run["screenshots"])
 
