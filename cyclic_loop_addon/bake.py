@@ -23,20 +23,18 @@ if __name__ == "__main__":  # run as a script by Blender or Python: import the p
     sys.exit(main(sys.argv))
 
 import argparse
-import json
 import signal
 import traceback
 
 import bpy
 
-from . import (export, files, gltf, guard, limits, preview, scene_io, solve, task_files, vat, web_preview,
-               writeback)
+from . import files, gltf, limits, pipeline, scene_io, task_files
 from .presets import PRESETS
 from .progress import Progress
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
-from .files import atomic_path
 from .solver import sc
 from .outputs import OUTPUTS
+from .vocabulary import ITERATIONS, MODELS, SCHEMES, names
 
 
 def _parser():
@@ -47,9 +45,9 @@ def _parser():
     p.add_argument("--frames", nargs=2, type=int, metavar=("A", "B"), help="loop frames A..B (default: scene range)")
     for out in OUTPUTS:
         p.add_argument(f"--{out.name}", metavar=out.metavar, help=out.help)
-    p.add_argument("--model", choices=scene_io.MODELS, default="auto")
+    p.add_argument("--model", choices=names(MODELS), default="auto")
     p.add_argument("--init", choices=sc.CLIP_INITS, default="fast_projection")
-    p.add_argument("--scheme", choices=scene_io.SCHEMES, default="auto",
+    p.add_argument("--scheme", choices=names(SCHEMES), default="auto",
                    help="residual scheme (auto: linearized for Blender cloth, backward for shells and soft "
                         "bodies, symplectic for N bodies)")
     p.add_argument("--preset", choices=tuple(PRESETS),
@@ -57,7 +55,8 @@ def _parser():
                         "(--iterations and --substeps override it)")
     p.add_argument("--substeps", type=int, default=None,
                    help="solver steps per frame (default 0: from the physics quality)")
-    p.add_argument("--iterations", type=int, default=None, help="maximum Gauss-Newton iterations (default 50)")
+    p.add_argument("--iterations", type=int, default=None,
+                   help=f"maximum Gauss-Newton iterations (default {ITERATIONS})")
     p.add_argument("--tol", type=float, default=sc.TOL,
                    help="Gauss-Newton tolerance: relative loss decrease per iteration that counts as converged")
     p.add_argument("--soft", type=float, default=0.0, metavar="EPS",
@@ -105,7 +104,8 @@ def _settings(args):
 
 
 def _check_outputs(args):
-    """Refuse a bake with nothing to write, or whose outputs would destroy an input or each other."""
+    """Refuse a bake with nothing to write, or with an output this Blender cannot write (the guard against
+    outputs that would destroy an input or each other is ``pipeline.prepare``'s)."""
     if not any(getattr(args, out.name) for out in OUTPUTS if out.product):
         raise LoopInputError("nothing to write: give " + ", ".join(f"--{o.name}" for o in OUTPUTS if o.product))
     if args.abc and "alembic_export" not in dir(bpy.ops.wm):
@@ -113,14 +113,12 @@ def _check_outputs(args):
                              "--abc (--pc2 writes the same loop) or use a Blender from blender.org")
     if args.glb:
         gltf.checked_path(args.glb)
-    guard.check_outputs([(f"--{out.name}", getattr(args, out.name), out.folder) for out in OUTPUTS
-                         if getattr(args, out.name)], overwrite=args.overwrite, may_replace_input=("--output",))
 
 
 def _check_objects(args):
     if args.object:
         return
-    simulated = [ob.name for ob in bpy.data.objects if scene_io._physics_modifier(ob) is not None]
+    simulated = [ob.name for ob in bpy.data.objects if scene_io.physics_modifier(ob) is not None]
     raise LoopInputError("give the simulated object with --object NAME (repeat it for N bodies); objects with "
                          f"Cloth or Soft Body in this file: {', '.join(simulated) or 'none'}")
 
@@ -150,14 +148,16 @@ def _progress(progress):
 
 
 def run(args):
-    """Gather, solve, write and export as ``args`` say; returns the report dict."""
+    """Gather, solve, write and export as ``args`` say (pipeline.py); returns the report dict."""
     source = _open(args)
     _check_outputs(args)
     _check_objects(args)
     settings = _settings(args)
     progress = Progress(settings.iterations)
+    paths = {out.name: (getattr(args, out.name), f"--{out.name}") for out in OUTPUTS if getattr(args, out.name)}
     _say(f"{progress.line()} ({source})")
-    gathered = scene_io.gather(settings)
+    job = pipeline.prepare(settings, paths, overwrite=args.overwrite, may_replace_input=("--output",))
+    gathered = job.gathered
     prob = gathered.problem
     need = limits.estimate_bytes(prob.n_frames, prob.substeps, prob.n_vertices, prob.scheme,
                                  gathered.model_name == "blender_cloth")
@@ -173,55 +173,18 @@ def run(args):
     _say(f"solving (init {settings.init}, scheme {gathered.problem.scheme}, up to {settings.iterations} iterations)")
     progress.update("")
     _say(progress.line())
-    result = solve.solve(gathered, settings, callback=_progress(progress))
-    rep = solve.report(gathered, result)
-    rep["verdict"] = sc.verdict(rep)
-    progress.update("write")
-    _say(progress.line())
+    job.on_progress = _progress(progress)
+
+    def writing():
+        progress.update("write")
+        _say(progress.line())
+
     with files.all_or_nothing():        # every output complete, or none of them
-        _write(args, gathered, result.q, rep)
+        pipeline.run(job, paths, keys=bool(args.output), attach=bool(args.output), on_write=writing)
     _say("wrote " + ", ".join(getattr(args, o.name) for o in OUTPUTS if getattr(args, o.name)))
-    for line in sc.verdict_lines(rep) + sc.format_report(rep):
+    for line in sc.verdict_lines(job.report) + sc.format_report(job.report):
         _say(line)
-    return rep
-
-
-def _write(args, gathered, q, rep):
-    """Write the loop ``q`` and the report ``rep`` to every output the options name."""
-    if args.output:
-        writeback.write_back(gathered, q)
-    if args.abc:
-        try:
-            export.export_alembic(gathered, q, args.abc)
-        except RuntimeError as exc:     # Blender's exporter reports its own failures this way
-            raise LoopWriteError(f"could not write the --abc {args.abc}: {exc}. Nothing was written there") from exc
-    if args.preview:
-        preview.save_preview(gathered, q, args.preview)
-    for path, write in ((args.vat, vat.export_vat), (args.glb, gltf.export_gltf), (args.html, web_preview.write_page)):
-        if path:
-            write(gathered, q, path)
-    if args.pc2:   # after the Alembic export: the file it plays appears when all outputs do
-        export.export_pc2(gathered, q, args.pc2, attach=bool(args.output))
-        if args.output:  # relative to the open file; saving --output remaps it relative to the saved one
-            relative = os.path.relpath(os.path.abspath(args.pc2), os.path.dirname(bpy.data.filepath))
-            bpy.data.objects[gathered.object_names[0]].modifiers[writeback.CACHE_MODIFIER].filepath = "//" + relative
-    if args.output:
-        with atomic_path(args.output, "--output", verify=_loadable) as tmp:
-            try:
-                bpy.ops.wm.save_as_mainfile(filepath=tmp, copy=True, compress=True)
-            except RuntimeError as exc:
-                raise LoopWriteError(f"could not write the --output {args.output}: {exc}. Nothing was written "
-                                     "there") from exc
-    if args.json:
-        with atomic_path(args.json, "--json") as tmp, open(tmp, "w") as f:
-            json.dump(rep, f, indent=2)
-
-
-def _loadable(path):
-    """Raise OSError unless Blender can read ``path`` back (it lists the file's data without loading it)."""
-    with bpy.data.libraries.load(path) as (data_from, _):
-        if not data_from.scenes:
-            raise ValueError("the saved file holds no scene")
+    return job.report
 
 
 def _fail(message, status, exc=None, debug=False):
@@ -242,7 +205,7 @@ def main(argv):
         if task_files.check_skip_existing(args):
             _say(f"already done: {args.json} is newer than every output (--skip-existing)")
             return 0
-        with task_files.outputs_or_none(task_files.outputs(args), args.json, keep=args.blend or bpy.data.filepath):
+        with files.all_or_nothing(task_files.outputs(args), args.json, keep=args.blend or bpy.data.filepath):
             run(args)
     except SystemExit as exc:       # argparse: --help (0) or a usage error (2, already printed); SIGTERM: 143
         return exc.code if isinstance(exc.code, int) else 2

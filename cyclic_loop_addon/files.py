@@ -12,7 +12,9 @@ import atexit
 import errno
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from contextlib import contextmanager
 
 from .errors import LoopInputError, LoopWriteError
@@ -155,9 +157,31 @@ def _finish(tmp, path, what, verify):
     _fsync(os.path.dirname(path), folder=True)
 
 
+def _stamp(path):
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 @contextmanager
-def all_or_nothing():
-    """Outputs written inside the block appear together when it ends without error; else none of them."""
+def all_or_nothing(outputs=(), report=None, keep=None):
+    """Outputs written inside the block appear together when it ends without error; else none of them.
+
+    On an exception the files of ``outputs`` that the block created or replaced (by any writer) are
+    removed, and then the (older) ``report``; ``keep`` (the input .blend) never is. Files that did not
+    change are left alone, so bad input found before writing anything leaves every file as it was. A
+    farm cancelling the task with SIGTERM gets the same clean-up (exit status 128 + 15) when this runs on
+    the main thread."""
+    paths = [p for p in outputs if not keep or os.path.abspath(p) != os.path.abspath(keep)]
+    before = {p: _stamp(p) for p in paths}
+    main = bool(paths) and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
     waiting = []
     _pending.append(waiting)
     try:
@@ -166,11 +190,20 @@ def all_or_nothing():
             os.replace(tmp, path)
         for folder in {os.path.dirname(path) for _, path in waiting}:
             _fsync(folder, folder=True)
+    except BaseException:
+        removed = [p for p in paths if _stamp(p) not in (None, before[p])]
+        for p in removed:
+            os.remove(p)
+        if removed and report and os.path.isfile(report):
+            os.remove(report)
+        raise
     finally:
         _pending.pop()
         for tmp, _ in waiting:
             if os.path.exists(tmp):
                 os.remove(tmp)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager

@@ -17,19 +17,14 @@ import os
 
 import bpy
 
-from . import export, files, gltf, guard, run_report, scene_io, selection, timeline, vat, web_preview, writeback
+from . import files, pipeline, run_report, scene_io, selection, timeline, writeback
 from .errors import LoopError, LoopInputError
-from .outputs import BY_NAME
+from .outputs import PANEL
 from .properties import fill_from_physics
 from .progress import Progress
-from .worker import SolveJob
 
 TIMER_SECONDS = 0.1
 STATUS_HINT = "Making a loop: Esc cancels"    # the status bar's left side while the loop is made
-# the panel's file outputs (properties.OUTPUTS) as bake outputs (outputs.OUTPUTS, which names their extensions)
-PANEL_OUTPUTS = {"ALEMBIC": "abc", "PC2": "pc2", "VAT": "vat", "GLTF": "glb", "WEB": "html"}
-OUTPUT_NAMES = {"ALEMBIC": "the Alembic file", "PC2": "the PC2 file", "VAT": "the VAT folder",
-                "GLTF": "the glTF file", "WEB": "the web page"}
 _job = None     # the running SolveJob: one solve at a time
 _starting = False   # a Make Loop is about to read the simulation (its first timer tick does)
 TARGETS = "cyclic_loop_targets"     # scene ID property: the objects of the running solve (ID pointers)
@@ -51,30 +46,14 @@ def loop_settings(obj, settings, context):
         softening=settings.softening, density=settings.density)
 
 
-def output_path(settings):
-    """Absolute output file of a file output, with its extension (a VAT's folder: the path as it is)."""
+def output_paths(settings):
+    """The panel's file output as pipeline paths: {name: (absolute path with its extension, what)}; {} for
+    shape keys."""
+    out, what = PANEL[settings.output]
+    if out is None:
+        return {}
     path = bpy.path.abspath(settings.filepath)
-    ext = BY_NAME[PANEL_OUTPUTS[settings.output]].extension
-    return path if path.lower().endswith(ext) else path + ext
-
-
-def write_output(context, gathered, q, output, path):
-    """Write loop q as ``output`` (SHAPE_KEYS, or ALEMBIC / PC2 / VAT / GLTF / WEB at ``path``) on the main
-    thread; returns what was written (N bodies are always written as location keys)."""
-    if output == "SHAPE_KEYS" or gathered.kind != "mesh":
-        writeback.write_back(gathered, q)
-        return "shape keys" if gathered.kind == "mesh" else "location keys"
-    if output == "PC2":
-        export.export_pc2(gathered, q, path, attach=True)
-    elif output == "VAT":
-        vat.export_vat(gathered, q, path, context)
-    elif output == "GLTF":
-        gltf.export_gltf(gathered, q, path, context)
-    elif output == "WEB":
-        web_preview.write_page(gathered, q, path, context)
-    else:
-        export.export_alembic(gathered, q, path, context)
-    return os.path.basename(path)
+    return {out.name: (path if path.lower().endswith(out.extension) else path + out.extension, what)}
 
 
 def remember(scene, key, objects):
@@ -212,21 +191,16 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         settings = obj.cyclic_loop_settings
         if not settings.initialized:
             fill_from_physics(settings, obj, context.scene)
-        options = loop_settings(obj, settings, context)
+        self._paths = output_paths(settings)
         try:
-            if settings.output != "SHAPE_KEYS":
-                guard.check_outputs([(OUTPUT_NAMES[settings.output], output_path(settings),
-                                      settings.output == "VAT")])
-            gathered = scene_io.gather(options, context)
+            _job = pipeline.prepare(loop_settings(obj, settings, context), self._paths, context, settings.method,
+                                    python)
         except LoopError as exc:
             self.report({"ERROR"}, str(exc))
             run.message = f"Not started: {exc}"
             return False
-        _job = SolveJob(gathered, options, settings.method, python=python)
-        remember(context.scene, TARGETS, [bpy.data.objects[name] for name in gathered.object_names])
-        self._method, self._set_range = settings.method, settings.set_scene_range
-        self._output, self._shown = settings.output, None
-        self._path = "" if settings.output == "SHAPE_KEYS" else output_path(settings)
+        remember(context.scene, TARGETS, [bpy.data.objects[name] for name in _job.gathered.object_names])
+        self._method, self._set_range, self._shown = settings.method, settings.set_scene_range, None
         if not hasattr(self, "_progress"):     # execute: no gather phase shown
             self._progress = Progress(settings.max_iters)
         self._progress.update("")
@@ -275,9 +249,11 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             run.message = "Cancelled: the scene is unchanged"
             self.report({"INFO"}, run.message)
             return {"CANCELLED"}
+        mesh = job.gathered.kind == "mesh"
+        paths = self._paths if mesh else {}     # N bodies are always written as location keys
         try:
             objects = target_objects(context.scene, job.gathered)
-            written = write_output(context, job.gathered, job.q, self._output, self._path)
+            pipeline.finish(job, paths, keys=not paths, attach=True, context=context)
         except LoopError as exc:
             run.message = f"Not written: {exc}"
             self.report({"ERROR"}, run.message)
@@ -289,6 +265,8 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         run.residual, run.seconds = rep["loop"]["residual_rel_mean"], rep["seconds"]
         run.init_used, run.fallback_reason = rep["init_used"], rep["fallback_reason"]
         run.iterations = rep["fast_projection_iterations"] + rep["gauss_newton_iterations"]
+        written = os.path.basename(next(iter(paths.values()))[0]) if paths else ("shape keys" if mesh else
+                                                                                 "location keys")
         run.progress, run.message = 1.0, f"Loop written as {written}"
         run_report.record(context, run, job.gathered, job.q, rep, self._set_range)
         self.report({"INFO"}, f"Seam jump {run.seam_before:.3g} -> {run.seam_after:.3g}, residual "

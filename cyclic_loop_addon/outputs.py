@@ -30,3 +30,18 @@ OUTPUTS = (
 )
 PRODUCTS = tuple(out for out in OUTPUTS if out.product)
 BY_NAME = {out.name: out for out in OUTPUTS}
+
+# The panel's outputs: (name, label, description: its enum item; the bake output it writes ("" for shape
+# keys), what it is called in messages).
+PANEL_OUTPUTS = (
+    ("SHAPE_KEYS", "Shape Keys", "Shape keys keyed to play the loop cyclically", "", "the shape keys"),
+    ("ALEMBIC", "Alembic", "An .abc cache (Unreal Geometry Cache, Unity Alembic)", "abc", "the Alembic file"),
+    ("PC2", "PC2", "A .pc2 point cache read by a Mesh Cache modifier", "pc2", "the PC2 file"),
+    ("VAT", "Vertex Animation Texture", "A folder with position and normal textures (16-bit PNG and half EXR), "
+     "their JSON and the mesh with a VAT UV map (Unreal, Unity, Godot, three.js shaders)", "vat", "the VAT folder"),
+    ("GLTF", "glTF (GLB)", "A .glb with the loop as morph-target animation (three.js, Babylon.js, Godot, "
+     "Unity, Unreal)", "glb", "the glTF file"),
+    ("WEB", "Web Preview", "A self-contained .html page playing the loop beside the cache (three.js)", "html",
+     "the web page"),
+)
+PANEL = {name: (BY_NAME.get(bake), what) for name, _, _, bake, what in PANEL_OUTPUTS}   # name -> (Output, what)

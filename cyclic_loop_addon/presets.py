@@ -1,12 +1,15 @@
 """Quick preview and final quality: the solver settings of each, for the panel and for bake.py."""
 import bpy
 
+from .scene_io import physics_modifier
+from .vocabulary import ITERATIONS
+
 # substeps None: from the physics quality (the modifier's own steps per frame)
 PRESETS = {
     "preview": dict(label="Quick Preview", iterations=8, substeps=1,
                     description="A rough loop in a fraction of the time: 8 iterations, one step per frame"),
-    "final": dict(label="Final", iterations=50, substeps=None,
-                  description="The full solve: 50 iterations, the physics' own steps per frame"),
+    "final": dict(label="Final", iterations=ITERATIONS, substeps=None,
+                  description=f"The full solve: {ITERATIONS} iterations, the physics' own steps per frame"),
 }
 
 
@@ -35,7 +38,6 @@ class CYCLICLOOP_OT_preset(bpy.types.Operator):
         return obj is not None and not context.scene.cyclic_loop_run.running
 
     def execute(self, context):
-        from .properties import physics_modifier
         obj = context.active_object
         settings = obj.cyclic_loop_settings
         mod = physics_modifier(obj)

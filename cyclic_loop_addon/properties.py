@@ -3,41 +3,9 @@ import bpy
 from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, IntVectorProperty, PointerProperty,
                        StringProperty)
 
-MODELS = (
-    ("auto", "From Physics", "The model of the object's physics: Blender cloth springs, soft body, "
-     "or N bodies when several objects are selected"),
-    ("blender_cloth", "Cloth (Blender springs)", "Blender's cloth spring model with its settings"),
-    ("shell", "Cloth (thin shell)", "FEM membrane and discrete-shell bending (cotton)"),
-    ("soft_body", "Soft Body", "Tetrahedral FEM from the Soft Body settings"),
-    ("nbody", "N Bodies", "The selected objects are bodies under mutual gravity"),
-)
-SCHEMES = (
-    ("auto", "From Physics", "The physics the object already has decides (recommended)"),
-    ("linearized", "Linearized (Blender)", "Judge the loop by the same steps as Blender's cloth: it keeps the "
-     "look of the cloth cache"),
-    ("backward", "Backward Euler", "A stable, slightly damped judge of the motion (thin shells, soft bodies)"),
-    ("symplectic", "Symplectic Euler", "An undamped judge of the motion (planets, N bodies)"),
-)
-INITS = (
-    ("fast_projection", "Fast Projection", "Start from a quick physical loop (the paper's method)"),
-    ("forward", "Forward Simulation", "Start from the solver's own simulation"),
-    ("crossfade", "Crossfade", "Start from a blend of the solver's own simulation"),
-    ("cache", "Blender Cache", "Start from a blend of Blender's cached simulation (safest for cloth)"),
-)
-METHODS = (
-    ("physical", "Physical Loop", "Minimize the residual force around the loop (the paper's method)"),
-    ("crossfade", "Crossfade (baseline)", "Plain crossfade of the simulation, for comparison"),
-)
-OUTPUTS = (
-    ("SHAPE_KEYS", "Shape Keys", "Shape keys keyed to play the loop cyclically"),
-    ("ALEMBIC", "Alembic", "An .abc cache (Unreal Geometry Cache, Unity Alembic)"),
-    ("PC2", "PC2", "A .pc2 point cache read by a Mesh Cache modifier"),
-    ("VAT", "Vertex Animation Texture", "A folder with position and normal textures (16-bit PNG and half EXR), "
-     "their JSON and the mesh with a VAT UV map (Unreal, Unity, Godot, three.js shaders)"),
-    ("GLTF", "glTF (GLB)", "A .glb with the loop as morph-target animation (three.js, Babylon.js, Godot, "
-     "Unity, Unreal)"),
-    ("WEB", "Web Preview", "A self-contained .html page playing the loop beside the cache (three.js)"),
-)
+from .outputs import PANEL_OUTPUTS
+from .scene_io import physics_modifier
+from .vocabulary import INITS, ITERATIONS, METHODS, MODELS, SCHEMES
 
 
 class CyclicLoopSettings(bpy.types.PropertyGroup):
@@ -68,7 +36,7 @@ class CyclicLoopSettings(bpy.types.PropertyGroup):
     soft_weight: FloatProperty(name="Softness", default=1e-3, min=1e-9, soft_max=1.0, precision=6,
                                description="How far the first two frames may move when not kept exactly "
                                "(larger: freer)")
-    max_iters: IntProperty(name="Iterations", default=50, min=1, max=10000,
+    max_iters: IntProperty(name="Iterations", default=ITERATIONS, min=1, max=10000,
                            description="At most this many optimizing steps: more is closer to physics "
                            "and slower")
     set_scene_range: BoolProperty(name="Set Scene Range", default=True,
@@ -79,7 +47,7 @@ class CyclicLoopSettings(bpy.types.PropertyGroup):
     softening: FloatProperty(name="Softening", default=0.0, min=0.0, description="N-body softening length")
     density: FloatProperty(name="Density", default=1000.0, min=1e-6,
                            description="N-body density: mass = density x mesh volume")
-    output: EnumProperty(name="Output", items=OUTPUTS, default="SHAPE_KEYS")
+    output: EnumProperty(name="Output", items=[out[:3] for out in PANEL_OUTPUTS], default="SHAPE_KEYS")
     filepath: StringProperty(name="File", subtype="FILE_PATH", default="//loop",
                              description="Output file (extension added) or, for a vertex animation texture, folder")
 
@@ -117,14 +85,6 @@ class CyclicLoopRun(bpy.types.PropertyGroup):
     loop_step: IntProperty(default=1)
     range_before: IntVectorProperty(size=2, default=(0, 0), description="The scene range before the loop set it")
     range_set: BoolProperty(default=False)
-
-
-def physics_modifier(obj):
-    """The object's Cloth or Soft Body modifier, or None."""
-    for mod in getattr(obj, "modifiers", ()):
-        if mod.type in {"CLOTH", "SOFT_BODY"}:
-            return mod
-    return None
 
 
 # The first part of a physics cache is its settle from rest (a flag starts flat and still): not part of a

@@ -17,21 +17,12 @@ import numpy as np
 from . import limits, writeback
 from .errors import LoopInputError
 from .solver import sc
+from .vocabulary import ITERATIONS, MODELS, SCHEME_OF_MODEL, names
 
-MODELS = ("auto", "blender_cloth", "shell", "soft_body", "nbody")
 PIN_WEIGHT = 0.999      # Blender's SOFTGOALSNAP: goal weights from here on pin a vertex exactly
-BLENDER_GRAVITY_SCALE = 0.001  # Blender's cloth and soft body scale scene gravity by this
 BLENDER_WIND_SCALE = 0.02      # effector_scale of Blender's cloth face wind
-BLENDER_DRAG_SCALE = 0.01      # Blender's soft body media friction per unit velocity and setting
 CONTACT_LOAD = 100.0        # contact pushes out with this many vertex weights at the collider surface
 EXPLODED = 1000.0           # a cache spreading over this many times the rest size has blown up
-
-
-# The residual scheme of each model when the settings say "auto": Blender's cloth integrator takes one
-# linearized backward-Euler step per sub-step; stiff shells and soft bodies need an implicit scheme.
-SCHEME_OF_MODEL = {"blender_cloth": "linearized", "shell": "backward", "soft_body": "backward",
-                   "nbody": "symplectic"}
-SCHEMES = ("auto",) + sc.SCHEMES
 
 
 @dataclass
@@ -50,7 +41,7 @@ class LoopSettings:
     scheme: str = "auto"
     init: str = "fast_projection"
     substeps: int = 0
-    iterations: int = 50
+    iterations: int = ITERATIONS
     tolerance: float = sc.TOL
     soft: float = 0.0
     pin_group: str = ""
@@ -100,8 +91,8 @@ def gather(settings, context=None):
     """Read the scene into a ``Gathered`` (``.problem`` is the LoopProblem); raise LoopInputError on bad input."""
     context = context or bpy.context
     scene = context.scene
-    if settings.model not in MODELS:
-        raise LoopInputError(f"unknown model {settings.model!r}; choose one of {', '.join(MODELS)}")
+    if settings.model not in names(MODELS):
+        raise LoopInputError(f"unknown model {settings.model!r}; choose one of {', '.join(names(MODELS))}")
     limits.check_numbers(int(settings.iterations), int(settings.substeps), float(settings.soft),
                          float(settings.tolerance))
     objects = _chosen_objects(settings, context)
@@ -141,7 +132,7 @@ def _frame_range(settings, scene, objects):
     end = scene.frame_end if settings.frame_end is None else int(settings.frame_end)
     step = max(scene.frame_step, 1)
     count = limits.check_frames(start, end, step)
-    mod = _physics_modifier(objects[0]) if len(objects) == 1 and settings.model != "nbody" else None
+    mod = physics_modifier(objects[0]) if len(objects) == 1 and settings.model != "nbody" else None
     n, substeps, model = len(objects), int(settings.substeps) or 1, "nbody"
     if mod is not None and objects[0].type == "MESH":
         _check_cache_range(objects[0], mod, start, end)
@@ -154,9 +145,10 @@ def _frame_range(settings, scene, objects):
     return np.arange(start, end + 1, step)
 
 
-def _physics_modifier(obj):
-    for mod in obj.modifiers:
-        if mod.type in ("CLOTH", "SOFT_BODY"):
+def physics_modifier(obj):
+    """The object's Cloth or Soft Body modifier, or None."""
+    for mod in getattr(obj, "modifiers", ()):
+        if mod.type in {"CLOTH", "SOFT_BODY"}:
             return mod
     return None
 
@@ -336,7 +328,7 @@ def bake_cache(obj, mod, context=None):
 def _gather_mesh(obj, frames, settings, context):
     if obj.type != "MESH":
         raise LoopInputError(f"{obj.name!r} is a {obj.type.lower()}, not a mesh: select the simulated mesh")
-    mod = _physics_modifier(obj)
+    mod = physics_modifier(obj)
     if mod is None:
         raise LoopInputError(f"{obj.name!r} has no Cloth or Soft Body modifier (select several objects "
                              "to loop them as N bodies)")
@@ -474,20 +466,25 @@ def _check_source(obj, mod, source, rest, frames):
                              "Bake it again (more quality steps, smaller time step) before looping it")
 
 
+def _fps(scene):
+    """Frames per second of the scene."""
+    return scene.render.fps / scene.render.fps_base
+
+
 def _cloth(model, s, rest, faces, tris, scene, weights, colliders, collider_frames, distance, wind, step):
     """(dt of one frame step, substeps, model) for Blender's cloth springs or the thin-shell cloth.
 
     Blender's cloth runs in its own time unit (one frame per Speed Multiplier); its forces, gravity
-    (0.001 x scene gravity) and face wind (0.02 x area x pressure) are turned into seconds by
+    (``sc.blender_gravity``) and face wind (0.02 x area x pressure) are turned into seconds by
     ``sc.blender_cloth_problem_parts``' factor fps^2.
     """
     n = len(rest)
-    fps = scene.render.fps / scene.render.fps_base
+    fps = _fps(scene)
     gravity = _gravity(scene, weights)
     if model == "blender_cloth":
         physics = {key: getattr(s, key) for key in sc.CLOTH_SETTINGS_DEFAULTS}
         built, dt, substeps = sc.blender_cloth_problem_parts(rest, faces, physics, fps, step, gravity)
-        gravity = BLENDER_GRAVITY_SCALE * fps ** 2 * gravity
+        gravity = sc.blender_gravity(gravity, fps)
         coefficient = BLENDER_WIND_SCALE * fps ** 2
     else:
         built = sc.Cloth.cotton(rest, tris)
@@ -501,36 +498,21 @@ def _cloth(model, s, rest, faces, tris, scene, weights, colliders, collider_fram
 
 
 def _soft_body(obj, sb, rest, tris, edges, source, scene, weights, colliders, collider_frames, step):
-    """((dt, substeps, model), source on the tet mesh) for a Soft Body modifier.
-
-    Blender's soft body is a spring network on the mesh edges with force ``iks * strain``,
-    ``iks = 1 / (1 - pull) - 1``; an isotropic central-force network of total edge length L in a
-    volume V has Young's modulus ``iks * L / (6 V)`` and Poisson's ratio 1/4. Like cloth it runs in
-    frames (times its Speed) with 0.001 x gravity and drag 0.01 x Friction, turned into seconds here.
-    """
+    """((dt, substeps, model), source on the tet mesh) for a Soft Body modifier (the mapping:
+    ``sc.blender_soft_body_problem_parts``), with its colliders."""
     try:
         sc.tetmesh.check_closed_manifold(rest, tris)
     except ValueError as exc:
         raise LoopInputError(f"{obj.name!r} is not a closed surface, so it has no volume for a soft body "
                              f"model ({exc}); close the mesh or use cloth") from exc
-    fps = scene.render.fps / scene.render.fps_base
-    tet_verts, tets = sc.tetmesh.tetrahedralize(rest, tris)
-    n_surface = len(rest)
-    volume = abs(sc.tetmesh.enclosed_volume(rest, tris))
-    stiffness = 0.5 * (sb.pull + sb.push)
-    iks = 1.0 / (1.0 - min(stiffness, 0.999)) - 1.0
-    length = np.linalg.norm(rest[edges[:, 0]] - rest[edges[:, 1]], axis=1).sum()
-    damping = np.zeros(len(tet_verts))
-    damping[:n_surface] = BLENDER_DRAG_SCALE * fps * sb.friction
-    built = sc.SoftBody(tet_verts, tets, density=sb.mass * n_surface / volume,
-                        youngs_modulus=fps ** 2 * max(iks, 1e-6) * length / (6.0 * volume), poisson_ratio=0.25,
-                        damping=damping)
-    gravity = BLENDER_GRAVITY_SCALE * fps ** 2 * _gravity(scene, weights)
-    terms = [sc.Gravity(built.mass, gravity)]
-    terms += _contact_terms(colliders, collider_frames, len(tet_verts), built.mass, gravity, 0.0,
-                            vertices=np.arange(n_surface))
-    filled = sc.tetmesh.fill_interior(tet_verts, tets, n_surface, source)
-    return (step * sb.speed / fps, 1, built.add(*terms)), filled
+    fps, gravity = _fps(scene), _gravity(scene, weights)
+    physics = {key: getattr(sb, key) for key in sc.SOFT_BODY_SETTINGS}
+    built, dt, substeps, tet_verts, tets = sc.blender_soft_body_problem_parts(rest, tris, edges, physics, fps,
+                                                                              step, gravity)
+    terms = _contact_terms(colliders, collider_frames, len(tet_verts), built.mass, sc.blender_gravity(gravity, fps),
+                           0.0, vertices=np.arange(len(rest)))
+    filled = sc.tetmesh.fill_interior(tet_verts, tets, len(rest), source)
+    return (dt, substeps, built.add(*terms)), filled
 
 
 def _problem(model, source, dt, substeps, pins, settings, model_name):
@@ -589,7 +571,7 @@ def _parent_matrix(ev):
 
 def _gather_bodies(objects, frames, settings, context):
     for ob in objects:
-        if _physics_modifier(ob) is not None:
+        if physics_modifier(ob) is not None:
             raise LoopInputError(f"{ob.name!r} has mesh physics: select one simulated mesh, or several "
                                  "objects without Cloth / Soft Body for N bodies")
         _check_animated(ob, frames)
@@ -604,7 +586,7 @@ def _gather_bodies(objects, frames, settings, context):
     source = np.array([p[0] for p in per_frame])
     parents = np.array([p[1] for p in per_frame])            # (N, bodies, 4, 4)
     step = max(scene.frame_step, 1)
-    dt = step * scene.render.fps_base / scene.render.fps
+    dt = step / _fps(scene)
     model = sc.NBody(masses, G=settings.gravitational_constant, softening=settings.softening)
     problem = _problem(model, source, dt, int(settings.substeps) or 1, np.zeros(0, np.int64), settings, "nbody")
     return Gathered(problem=problem, kind="bodies", model_name="nbody", object_names=[ob.name for ob in objects],

@@ -3,7 +3,8 @@ settings that are true as soon as an object is selected (read from its physics m
 run's message cleared when the selection changes."""
 import bpy
 
-from .properties import fill_from_physics, physics_modifier
+from .properties import fill_from_physics
+from .scene_io import physics_modifier
 from .writeback import MARKER
 
 _owner = object()       # the message-bus subscription's owner

@@ -18,8 +18,7 @@ import numpy as np
 from . import advice, files, solve, solve_process
 from .errors import LoopInputError, LoopSolveError
 from .solver import sc
-
-METHODS = ("physical", "crossfade")
+from .vocabulary import METHODS, names
 
 
 def crossfade_result(gathered, seconds):
@@ -44,8 +43,8 @@ class SolveJob:
     """
 
     def __init__(self, gathered, settings, method="physical", python=None):
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if method not in names(METHODS):
+            raise ValueError(f"method must be one of {names(METHODS)}, got {method!r}")
         self.gathered = gathered
         self.settings = settings
         self.method = method
@@ -56,6 +55,7 @@ class SolveJob:
         self.error = None
         self.where = None
         self.notes = []
+        self.on_progress = None     # also called with each progress dict (from the solving thread)
         self.folder = None          # the child's job folder while it runs (removed afterwards)
         self.child_pid = None
         self._finished = threading.Event()
@@ -109,8 +109,13 @@ class SolveJob:
                 return items
 
     def _callback(self, info):
-        self._progress.put(dict(phase=info["phase"], iteration=int(info["iteration"]), loss=float(info["loss"])))
+        self._post(dict(phase=info["phase"], iteration=int(info["iteration"]), loss=float(info["loss"])))
         return self._cancel.is_set()
+
+    def _post(self, info):
+        self._progress.put(info)
+        if self.on_progress is not None:
+            self.on_progress(info)
 
     def _solve(self):
         t0 = time.perf_counter()
@@ -177,7 +182,7 @@ class SolveJob:
                 for line in child.stdout:
                     info = sc.parse_progress(line)
                     if info is not None:
-                        self._progress.put(info)
+                        self._post(info)
                     else:
                         output.append(line)
                 status = child.wait()

@@ -23,4 +23,5 @@ from .models.softbody import SoftBody, ElasticTetTerm
 from .models.contact import FloorContact, SphereContact, MeshContact
 from . import tetmesh
 from . import memory
-from .models.blender_settings import blender_cloth_problem_parts, CLOTH_SETTINGS_DEFAULTS
+from .models.blender_settings import (blender_cloth_problem_parts, blender_soft_body_problem_parts,
+                                      blender_gravity, CLOTH_SETTINGS_DEFAULTS, SOFT_BODY_SETTINGS)

@@ -33,8 +33,7 @@ def loop_metrics(prob, q):
     q = prob.check_trajectory(q)
     pos, vel = seam_statistics(q, prob.h)
     u = residual_steps(prob, q)
-    free = np.ones(prob.n_vertices, dtype=bool)
-    free[prob.pins] = False
+    free = prob.free_vertices()
     k, t = force_steps(prob)
     f = prob.model.forces(q[k], t)
     applied = np.linalg.norm(f[:, free].reshape(prob.n_steps, -1), axis=1)

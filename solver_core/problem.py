@@ -96,10 +96,15 @@ class LoopProblem:
         """(frame-0 hard, frame-1 hard)."""
         return self.eps0 == 0.0, self.eps1 == 0.0
 
+    def free_vertices(self):
+        """Boolean (n,): True for the vertices that are not pinned."""
+        free = np.ones(self.n_vertices, dtype=bool)
+        free[self.pins] = False
+        return free
+
     def free_mask(self):
         """Boolean (n_steps, n, 3): True where q is an unknown of the optimization."""
-        mask = np.ones((self.n_steps, self.n_vertices, 3), dtype=bool)
-        mask[:, self.pins] = False
+        mask = np.repeat(self.free_vertices()[None, :, None], self.n_steps, axis=0).repeat(3, axis=2)
         hard0, hard1 = self.hard()
         if hard0:
             mask[0] = False

@@ -83,8 +83,7 @@ class ResidualJacobian:
         self.free_flat = np.flatnonzero(free.ravel())
         col_of = np.full(n_steps * dof, -1, dtype=np.int64)
         col_of[self.free_flat] = np.arange(self.free_flat.size)
-        row_active = np.ones((n_steps, n, 3), dtype=bool)
-        row_active[:, prob.pins] = False
+        row_active = np.broadcast_to(prob.free_vertices()[None, :, None], (n_steps, n, 3))
         self.row_flat = np.flatnonzero(row_active.ravel())
         row_of = np.full(n_steps * dof, -1, dtype=np.int64)
         row_of[self.row_flat] = np.arange(self.row_flat.size)

@@ -9,7 +9,7 @@ import tomllib
 import pytest
 
 from cyclic_loop_addon import batch as batch_file
-from cyclic_loop_addon import farm, openjd, task_files
+from cyclic_loop_addon import farm, files, openjd, task_files
 from cyclic_loop_addon.errors import LoopInputError
 from solver_core import memory
 
@@ -167,14 +167,14 @@ def test_a_failed_run_leaves_none_of_its_outputs(tmp_path):
         path.write_text("before")
     paths = [str(kept), str(new), str(scene)]
     with pytest.raises(RuntimeError):
-        with task_files.outputs_or_none(paths, str(report), keep=str(scene)):
+        with files.all_or_nothing(paths, str(report), keep=str(scene)):
             new.write_text("written by this run")
             scene.write_text("saved over the input")
             raise RuntimeError("export failed")
     assert not new.exists() and not report.exists()       # the old report no longer matches the outputs
     assert kept.read_text() == "before" and scene.read_text() == "saved over the input"
     with pytest.raises(LoopInputError):                  # bad input before writing: every file as it was
-        with task_files.outputs_or_none([str(kept)], str(scene)):
+        with files.all_or_nothing([str(kept)], str(scene)):
             raise LoopInputError("no such object")
     assert kept.read_text() == "before" and scene.exists()
 
@@ -183,8 +183,8 @@ def test_a_task_cancelled_with_sigterm_leaves_none_of_its_outputs(tmp_path):
     """A farm cancels a task with SIGTERM: the outputs written so far go, the exit status says why."""
     out = tmp_path / "a.pc2"
     script = (f"import os, signal, sys; sys.path.insert(0, {ROOT!r})\n"
-              "from cyclic_loop_addon.task_files import outputs_or_none\n"
-              f"with outputs_or_none([{str(out)!r}], None):\n"
+              "from cyclic_loop_addon.files import all_or_nothing\n"
+              f"with all_or_nothing([{str(out)!r}], None):\n"
               f"    open({str(out)!r}, 'w').write('pc2')\n"
               "    os.kill(os.getpid(), signal.SIGTERM)\n"
               "    signal.pause()\n")

@@ -25,10 +25,21 @@ Jacobian); the linearized scheme linearizes them with the other forces.
 """
 import numpy as np
 
+from .. import tetmesh
 from .blender_cloth import BlenderCloth
 from .external import Gravity
+from .softbody import SoftBody
 
-GRAVITY_SCALE = 0.001  # Blender's cloth scales scene gravity by this factor (cloth_calc_force)
+GRAVITY_SCALE = 0.001  # Blender's cloth and soft body scale scene gravity by this factor (cloth_calc_force)
+DRAG_SCALE = 0.01      # Blender's soft body media friction per unit velocity and setting
+# the ``bpy.types.SoftBodySettings`` attributes read by ``blender_soft_body_problem_parts``
+SOFT_BODY_SETTINGS = ("pull", "push", "friction", "mass", "speed")
+
+
+def blender_gravity(gravity, fps):
+    """Scene gravity (m/s^2) as Blender's cloth and soft body apply it, in seconds: GRAVITY_SCALE per
+    frame^2 of their time unit, so ``GRAVITY_SCALE * fps**2 * gravity``."""
+    return GRAVITY_SCALE * fps ** 2 * np.asarray(gravity, dtype=float)
 
 # Blender 4.x defaults of the ``ClothSettings`` read by ``blender_cloth_problem_parts``; the keys are the
 # ``bpy.types.ClothSettings`` attribute names.
@@ -88,5 +99,32 @@ def blender_cloth_problem_parts(rest_positions, faces, settings, fps, frame_step
         compression_damping=fps * settings["compression_damping"],
         shear_damping=fps * settings["shear_damping"],
         angular_damping=fps * settings["bending_damping"])
-    model = cloth.add(Gravity(cloth.mass, GRAVITY_SCALE * force_scale * np.asarray(gravity, dtype=float)))
+    model = cloth.add(Gravity(cloth.mass, blender_gravity(gravity, fps)))
     return model, int(frame_step) * time_scale / fps, int(frame_step) * int(settings["quality"])
+
+
+def blender_soft_body_problem_parts(rest_positions, tris, edges, settings, fps, frame_step=1,
+                                    gravity=(0.0, 0.0, -9.81)):
+    """(model, dt, substeps, tet_vertices, tets) mapping a Blender soft body to a tetrahedral SoftBody.
+
+    Blender's soft body is a spring network on the mesh ``edges`` with force ``iks * strain``,
+    ``iks = 1 / (1 - pull) - 1``; an isotropic central-force network of total edge length L in a volume
+    V has Young's modulus ``iks * L / (6 V)`` and Poisson's ratio 1/4. Like cloth it runs in frames (times
+    its Speed) with GRAVITY_SCALE x gravity and drag DRAG_SCALE x Friction, turned into seconds here.
+    ``settings``: the SOFT_BODY_SETTINGS values; the closed surface ``rest_positions`` / ``tris`` is filled
+    with tetrahedra whose first vertices are the surface's.
+    """
+    fps = float(fps)
+    tet_verts, tets = tetmesh.tetrahedralize(rest_positions, tris)
+    n_surface = len(rest_positions)
+    volume = abs(tetmesh.enclosed_volume(rest_positions, tris))
+    stiffness = 0.5 * (settings["pull"] + settings["push"])
+    iks = 1.0 / (1.0 - min(stiffness, 0.999)) - 1.0
+    length = np.linalg.norm(rest_positions[edges[:, 0]] - rest_positions[edges[:, 1]], axis=1).sum()
+    damping = np.zeros(len(tet_verts))
+    damping[:n_surface] = DRAG_SCALE * fps * settings["friction"]
+    body = SoftBody(tet_verts, tets, density=settings["mass"] * n_surface / volume,
+                    youngs_modulus=fps ** 2 * max(iks, 1e-6) * length / (6.0 * volume), poisson_ratio=0.25,
+                    damping=damping)
+    model = body.add(Gravity(body.mass, blender_gravity(gravity, fps)))
+    return model, frame_step * settings["speed"] / fps, 1, tet_verts, tets
