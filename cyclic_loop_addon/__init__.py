@@ -5,8 +5,8 @@ are re-exported by the extension's root ``__init__.py``."""
 
 def _modules():
     # Imported here so that the bpy-free modules (solve, worker) can be imported without Blender.
-    from . import farm_operator, operators, properties, ui
-    return properties, operators, farm_operator, ui
+    from . import farm_operator, operators, presets, properties, selection, timeline, ui
+    return properties, operators, farm_operator, presets, timeline, selection, ui
 
 
 def register():

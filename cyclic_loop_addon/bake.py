@@ -23,14 +23,14 @@ if __name__ == "__main__":  # run as a script by Blender or Python: import the p
     sys.exit(main(sys.argv))
 
 import argparse
-import importlib.util
 import signal
-import time
 import traceback
 
 import bpy
 
 from . import files, gltf, limits, pipeline, scene_io, task_files
+from .presets import PRESETS
+from .progress import Progress
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
 from .solver import sc
 from .outputs import OUTPUTS
@@ -50,8 +50,13 @@ def _parser():
     p.add_argument("--scheme", choices=names(SCHEMES), default="auto",
                    help="residual scheme (auto: linearized for Blender cloth, backward for shells and soft "
                         "bodies, symplectic for N bodies)")
-    p.add_argument("--substeps", type=int, default=0, help="solver steps per frame (0: from the physics quality)")
-    p.add_argument("--iterations", type=int, default=ITERATIONS, help="maximum Gauss-Newton iterations")
+    p.add_argument("--preset", choices=tuple(PRESETS),
+                   help="preview: 8 iterations, 1 sub-step; final: 50 iterations, the physics' sub-steps "
+                        "(--iterations and --substeps override it)")
+    p.add_argument("--substeps", type=int, default=None,
+                   help="solver steps per frame (default 0: from the physics quality)")
+    p.add_argument("--iterations", type=int, default=None,
+                   help=f"maximum Gauss-Newton iterations (default {ITERATIONS})")
     p.add_argument("--tol", type=float, default=sc.TOL,
                    help="Gauss-Newton tolerance: relative loss decrease per iteration that counts as converged")
     p.add_argument("--soft", type=float, default=0.0, metavar="EPS",
@@ -75,7 +80,13 @@ def parse_args(argv):
         args = []
     else:
         args = [a for a in argv[1:] if a != "--"]
-    return _parser().parse_args(args)
+    args = _parser().parse_args(args)
+    preset = PRESETS[args.preset or "final"]
+    if args.iterations is None:
+        args.iterations = preset["iterations"]
+    if args.substeps is None:
+        args.substeps = preset["substeps"] or 0      # 0: the physics quality
+    return args
 
 
 def _say(text):
@@ -102,9 +113,6 @@ def _check_outputs(args):
                              "--abc (--pc2 writes the same loop) or use a Blender from blender.org")
     if args.glb:
         gltf.checked_path(args.glb)
-    if args.preview and importlib.util.find_spec("matplotlib") is None:
-        raise LoopInputError("--preview needs matplotlib in Blender's Python: install it there or leave out "
-                             "--preview")
 
 
 def _check_objects(args):
@@ -131,10 +139,11 @@ def _open(args):
     return bpy.data.filepath
 
 
-def _progress(start):
+def _progress(progress):
     def callback(info):
-        _say(f"{info['phase']} iteration {info['iteration']}: loss {info['loss']:.6g} "
-             f"({time.perf_counter() - start:.1f} s)")
+        progress.update(info["phase"], info["iteration"])
+        _say(progress.line(info["loss"]))
+        return False
     return callback
 
 
@@ -144,8 +153,9 @@ def run(args):
     _check_outputs(args)
     _check_objects(args)
     settings = _settings(args)
+    progress = Progress(settings.iterations)
     paths = {out.name: (getattr(args, out.name), f"--{out.name}") for out in OUTPUTS if getattr(args, out.name)}
-    _say(f"gathering from {source}")
+    _say(f"{progress.line()} ({source})")
     job = pipeline.prepare(settings, paths, overwrite=args.overwrite, may_replace_input=("--output",))
     gathered = job.gathered
     prob = gathered.problem
@@ -161,11 +171,18 @@ def run(args):
     for note in gathered.notes:
         _say(f"note: {note}")
     _say(f"solving (init {settings.init}, scheme {gathered.problem.scheme}, up to {settings.iterations} iterations)")
-    job.on_progress = _progress(time.perf_counter())
+    progress.update("")
+    _say(progress.line())
+    job.on_progress = _progress(progress)
+
+    def writing():
+        progress.update("write")
+        _say(progress.line())
+
     with files.all_or_nothing():        # every output complete, or none of them
-        pipeline.run(job, paths, keys=bool(args.output), attach=bool(args.output))
+        pipeline.run(job, paths, keys=bool(args.output), attach=bool(args.output), on_write=writing)
     _say("wrote " + ", ".join(getattr(args, o.name) for o in OUTPUTS if getattr(args, o.name)))
-    for line in sc.format_report(job.report):
+    for line in sc.verdict_lines(job.report) + sc.format_report(job.report):
         _say(line)
     return job.report
 

@@ -17,14 +17,16 @@ import os
 
 import bpy
 
-from . import files, pipeline, scene_io, writeback
+from . import files, pipeline, run_report, scene_io, selection, timeline, writeback
 from .errors import LoopError, LoopInputError
 from .outputs import PANEL
 from .properties import fill_from_physics
-from .worker import progress_fraction
+from .progress import Progress
 
 TIMER_SECONDS = 0.1
+STATUS_HINT = "Making a loop: Esc cancels"    # the status bar's left side while the loop is made
 _job = None     # the running SolveJob: one solve at a time
+_starting = False   # a Make Loop is about to read the simulation (its first timer tick does)
 TARGETS = "cyclic_loop_targets"     # scene ID property: the objects of the running solve (ID pointers)
 LOOPED = "cyclic_loop_looped"       # scene ID property: the object of the last written loop
 
@@ -109,13 +111,24 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        obj = context.active_object
-        return obj is not None and obj.type == "MESH"
+        reason = selection.problem(context)
+        if reason and hasattr(cls, "poll_message_set"):
+            cls.poll_message_set(reason)
+        return reason is None
 
     def invoke(self, context, event):
-        if not self._start(context, python="auto"):
+        """Show "Reading the simulation" at once; the first timer tick reads it and starts the solve."""
+        global _starting
+        if _job is not None or _starting:
+            self.report({"WARNING"}, "A loop is already being made; wait for it or cancel it")
             return {"CANCELLED"}
-        _job.start()
+        settings = context.active_object.cyclic_loop_settings
+        run, self._progress, self._writing = context.scene.cyclic_loop_run, Progress(settings.max_iters), False
+        run.running, run.phase, run.progress, run.percent, run.message = True, "gather", 0.0, 0, ""
+        run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
+        context.workspace.status_text_set(STATUS_HINT)
+        _starting = True
+        _tag_redraw(context)
         wm = context.window_manager
         self._timer = wm.event_timer_add(TIMER_SECONDS, window=context.window)
         wm.modal_handler_add(self)
@@ -128,21 +141,38 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         return self._finish(context)
 
     def modal(self, context, event):
-        if event.type == "ESC" and event.value == "PRESS":
+        global _starting
+        if event.type == "ESC" and event.value == "PRESS" and _job is not None:
             _job.cancel()
             context.scene.cyclic_loop_run.message = "Cancelling..."
             return {"RUNNING_MODAL"}
-        if event.type == "TIMER":
-            self._sync(context)
-            if _job.done:
+        if event.type == "TIMER" and _starting:
+            _starting = False
+            if not self._start(context, python="auto"):
                 context.window_manager.event_timer_remove(self._timer)
+                context.workspace.status_text_set(None)
+                context.scene.cyclic_loop_run.running = False
+                _tag_redraw(context)
+                return {"CANCELLED"}
+            _job.start()
+        elif event.type == "TIMER":
+            self._sync(context)
+            if _job.done and _job.q is not None and not self._writing:
+                self._writing = True        # show "Writing the loop" for a tick, then write
+                self._progress.update("write")
+                self._sync(context)
+            elif _job.done:
+                context.window_manager.event_timer_remove(self._timer)
+                context.workspace.status_text_set(None)
                 return self._finish(context)
         return {"PASS_THROUGH"}
 
     def cancel(self, context):
         """Blender stops the operator (file load, window closed): stop the solve, write nothing."""
-        global _job
+        global _job, _starting
         context.window_manager.event_timer_remove(self._timer)
+        context.workspace.status_text_set(None)
+        _starting = False
         if _job is not None:
             _job.cancel()
             _job = None
@@ -170,9 +200,13 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             run.message = f"Not started: {exc}"
             return False
         remember(context.scene, TARGETS, [bpy.data.objects[name] for name in _job.gathered.object_names])
-        self._method, self._init, self._max_iters = settings.method, settings.init, settings.max_iters
-        self._shown = None
-        run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, 0.0
+        self._method, self._set_range, self._shown = settings.method, settings.set_scene_range, None
+        if not hasattr(self, "_progress"):     # execute: no gather phase shown
+            self._progress = Progress(settings.max_iters)
+        self._progress.update("")
+        run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, self._progress.shown
+        run.percent = round(100 * run.progress)
+        run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
         run.redraws, run.message = 0, ""
         return True
 
@@ -182,14 +216,17 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         if _job.notes and not run.message:
             run.message = "Note: " + "; ".join(_job.notes)
         for info in _job.progress():
-            run.phase, run.iteration, run.loss = info["phase"], info["iteration"], info["loss"]
-            run.progress = max(run.progress, progress_fraction(info["phase"], info["iteration"], self._max_iters,
-                                                               self._init))
-        shown = (run.phase, run.iteration, run.loss, run.progress, run.message, _job.where)
+            run.iteration, run.loss = info["iteration"], info["loss"]
+            self._progress.update(info["phase"], info["iteration"])
+        run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
+        run.phase, run.progress = self._progress.phase, self._progress.shown
+        run.percent = round(100 * run.progress)
+        shown = (run.status_text, run.time_text, run.iteration, run.message, _job.where)
         if shown != self._shown:
             self._shown = shown
             run.redraws += 1
             _tag_redraw(context, sidebar_only=True)
+            context.workspace.status_text_set(STATUS_HINT)   # redraws the status bar (not an area of the screen)
 
     def _finish(self, context):
         """Main thread, job done: write the loop and the report, or report why not."""
@@ -231,8 +268,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         written = os.path.basename(next(iter(paths.values()))[0]) if paths else ("shape keys" if mesh else
                                                                                  "location keys")
         run.progress, run.message = 1.0, f"Loop written as {written}"
-        if job.notes:
-            run.message += " (note: " + "; ".join(job.notes) + ")"
+        run_report.record(context, run, job.gathered, job.q, rep, self._set_range)
         self.report({"INFO"}, f"Seam jump {run.seam_before:.3g} -> {run.seam_after:.3g}, residual "
                               f"{run.residual:.3g}, {run.seconds:.1f} s ({run.init_used})")
         return {"FINISHED"}
@@ -278,6 +314,7 @@ class CYCLICLOOP_OT_restore(bpy.types.Operator):
             self.report({"ERROR"}, f"{obj.name} is in Edit Mode: leave Edit Mode (Tab) and restore again")
             return {"CANCELLED"}
         writeback.remove_loop(obj)
+        timeline.restore_range(context.scene, run)
         run.has_report, run.object_name, run.message = False, obj.name, f"Restored the simulation of {obj.name}"
         return {"FINISHED"}
 

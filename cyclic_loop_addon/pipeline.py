@@ -14,6 +14,7 @@ from . import export, gltf, guard, preview, scene_io, vat, web_preview, writebac
 from .errors import LoopWriteError
 from .files import atomic_path
 from .outputs import BY_NAME
+from .solver import sc
 from .worker import SolveJob
 
 
@@ -26,11 +27,13 @@ def prepare(settings, paths, context=None, method="physical", python=None, **gua
     return SolveJob(scene_io.gather(settings, context), settings, method, python=python)
 
 
-def run(job, paths, keys=False, attach=False, context=None):
-    """Run ``job`` in this thread and ``finish`` it; raises its error."""
+def run(job, paths, keys=False, attach=False, context=None, on_write=None):
+    """Run ``job`` in this thread and ``finish`` it (calling ``on_write()`` in between); raises its error."""
     job.run()
     if job.error is not None:
         raise job.error
+    if on_write is not None:
+        on_write()
     finish(job, paths, keys, attach, context)
 
 
@@ -67,7 +70,7 @@ def finish(job, paths, keys=False, attach=False, context=None):
                                      "was written there") from exc
     if "json" in path:
         with atomic_path(path["json"], paths["json"][1]) as tmp, open(tmp, "w") as f:
-            json.dump(job.report, f, indent=2)
+            json.dump(dict(job.report, verdict=sc.verdict(job.report)), f, indent=2)
 
 
 def _loadable(path):

@@ -1,6 +1,6 @@
 """Settings (per object) and run state (per scene), stored in the .blend as PropertyGroups."""
 import bpy
-from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, PointerProperty,
+from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, IntVectorProperty, PointerProperty,
                        StringProperty)
 
 from .outputs import PANEL_OUTPUTS
@@ -23,16 +23,25 @@ class CyclicLoopSettings(bpy.types.PropertyGroup):
                                "Collision modifier that the simulation sees)")
     bake_missing: BoolProperty(name="Bake Missing Cache", default=False,
                                description="Bake the physics cache first when it is not baked")
-    scheme: EnumProperty(name="Scheme", items=SCHEMES, default="auto")
-    substeps: IntProperty(name="Substeps", default=0, min=0, max=64,
-                          description="Solver steps per frame (0: from the physics settings)")
-    init: EnumProperty(name="Initial Guess", items=INITS, default="fast_projection")
+    scheme: EnumProperty(name="Scheme", items=SCHEMES, default="auto",
+                         description="How the solver judges whether the motion obeys physics")
+    substeps: IntProperty(name="Sub-steps", default=0, min=0, max=64,
+                          description="Solver steps per frame: more is more accurate and slower "
+                          "(0: the physics quality steps)")
+    init: EnumProperty(name="Initial Guess", items=INITS, default="fast_projection",
+                       description="The rough loop the solver starts from")
     hard_initial: BoolProperty(name="Hard Initial Conditions", default=True,
-                               description="Keep the first two frames exactly (off: soft penalty)")
+                               description="Keep the first two frames of the loop exactly as simulated "
+                               "(off: they may move a little, which can hide a visible wrap)")
     soft_weight: FloatProperty(name="Softness", default=1e-3, min=1e-9, soft_max=1.0, precision=6,
-                               description="Penalty epsilon of soft initial conditions (eq. 15)")
+                               description="How far the first two frames may move when not kept exactly "
+                               "(larger: freer)")
     max_iters: IntProperty(name="Iterations", default=ITERATIONS, min=1, max=10000,
-                           description="Gauss-Newton iteration limit")
+                           description="At most this many optimizing steps: more is closer to physics "
+                           "and slower")
+    set_scene_range: BoolProperty(name="Set Scene Range", default=True,
+                                  description="Set the scene's frame range to the loop when it is written, so "
+                                  "that playback loops")
     gravitational_constant: FloatProperty(name="G", default=1.0, min=0.0,
                                           description="Gravitational constant of N bodies")
     softening: FloatProperty(name="Softening", default=0.0, min=0.0, description="N-body softening length")
@@ -51,6 +60,8 @@ class CyclicLoopRun(bpy.types.PropertyGroup):
     iteration: IntProperty(default=0)
     loss: FloatProperty(default=0.0)
     progress: FloatProperty(name="Progress", default=0.0, min=0.0, max=1.0, subtype="FACTOR")
+    percent: IntProperty(name="Progress", default=0, min=0, max=100, subtype="PERCENTAGE",
+                         description="The progress in percent (the bar of Blender 3.x)")
     redraws: IntProperty(default=0, description="Timer ticks that redrew the panel during the run")
     message: StringProperty(default="")
     has_report: BoolProperty(default=False)
@@ -63,6 +74,17 @@ class CyclicLoopRun(bpy.types.PropertyGroup):
     residual: FloatProperty(default=0.0)
     seconds: FloatProperty(default=0.0)
     iterations: IntProperty(default=0)
+    status_text: StringProperty(default="", description="The phase and percentage, in words")
+    time_text: StringProperty(default="", description="Time elapsed and left, in words")
+    verdict: StringProperty(default="[]", description="The last run's verdicts (JSON of solver_core.verdict)")
+    details: StringProperty(default="", description="The last run's figures, one per line")
+    notes: StringProperty(default="", description="Settings approximated or ignored, one per line")
+    show_details: BoolProperty(name="Details", default=False, description="Show the figures of the last run")
+    loop_first: IntProperty(default=0)
+    loop_last: IntProperty(default=0)
+    loop_step: IntProperty(default=1)
+    range_before: IntVectorProperty(size=2, default=(0, 0), description="The scene range before the loop set it")
+    range_set: BoolProperty(default=False)
 
 
 # The first part of a physics cache is its settle from rest (a flag starts flat and still): not part of a

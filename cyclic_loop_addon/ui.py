@@ -1,32 +1,38 @@
-"""The "Loop" tab of the 3D viewport sidebar."""
+"""The "Loop" tab of the 3D viewport sidebar: Make Loop and its progress, the settings (the solver's own in a
+closed "Solver (advanced)" subpanel), the last run's verdict, seam picture and loop range; and the running
+job in Blender's status bar with its own cancel button."""
+import json
 import textwrap
 
 import bpy
 
-from . import farm_operator, operators
+from . import farm_operator, operators, presets, run_report, selection, timeline
 
-PHASES = {"fast_projection": "Fast projection", "gauss_newton": "Gauss-Newton", "crossfade": "Crossfade",
-          "gather": "Reading the simulation", "": "Starting"}
-METHOD_NAMES = {"physical": "Physical loop", "crossfade": "Crossfade (baseline)"}
+VERDICT_ICONS = {"good": "CHECKMARK", "warn": "ERROR", "bad": "CANCEL"}
 
 
 def _progress_bar(layout, run):
-    """A progress bar (``layout.progress`` from Blender 4.0; a read-only slider before)."""
-    phase = PHASES.get(run.phase, run.phase)
+    """The phase and percentage on a progress bar (``layout.progress`` from Blender 4.0; before, the phase
+    as a label over a read-only percentage slider)."""
     if hasattr(layout, "progress"):
-        layout.progress(factor=run.progress, type="BAR", text=f"{phase} {run.progress:.0%}")
+        layout.progress(factor=run.progress, type="BAR", text=run.status_text)
     else:
+        layout.label(text=run.status_text.rsplit(" ", 1)[0])
         row = layout.row()
         row.enabled = False
-        row.prop(run, "progress", text=phase, slider=True)
+        row.prop(run, "percent", text="", slider=True)
+
+
+def _chars(context):
+    """How many characters of label text fit across the sidebar."""
+    scale = context.preferences.system.ui_scale
+    return max(int((context.region.width - 50 * scale) / (6.5 * scale)), 16)
 
 
 def _wrapped_label(layout, context, text, icon="NONE"):
     """``text`` as as many labels as the sidebar's width needs."""
-    scale = context.preferences.system.ui_scale
-    chars = max(int((context.region.width - 50 * scale) / (6.5 * scale)), 16)
     col = layout.column(align=True)
-    for i, line in enumerate(textwrap.wrap(text, chars)):
+    for i, line in enumerate(textwrap.wrap(text, _chars(context))):
         col.label(text=line, icon=icon if i == 0 else "NONE")
 
 
@@ -34,12 +40,8 @@ def _draw_running(layout, run):
     box = layout.box()
     _progress_bar(box, run)
     col = box.column(align=True)
-    col.label(text=f"Phase: {PHASES.get(run.phase, run.phase)}")
-    col.label(text=f"Iteration: {run.iteration}")
-    col.label(text=f"Loss: {run.loss:.4g}")
-    where = getattr(operators._job, "where", None)
-    if where is not None:
-        col.label(text="In a separate Python process" if where == "process" else "Inside Blender")
+    for i, part in enumerate(run.time_text.split(" · ")):
+        col.label(text=part, icon="TIME" if i == 0 else "BLANK1")
     row = box.row()
     row.scale_y = 1.5
     row.operator(operators.CYCLICLOOP_OT_cancel.bl_idname, text="Cancel (Esc)", icon="CANCEL")
@@ -58,36 +60,16 @@ def _draw_settings(layout, obj, settings):
     col.prop(settings, "colliders")
     physical = col.column()
     physical.active = settings.method == "physical"
-    physical.prop(settings, "scheme")
-    physical.prop(settings, "substeps")
-    physical.prop(settings, "init")
-    physical.prop(settings, "hard_initial")
-    soft = physical.column()
-    soft.active = not settings.hard_initial
-    soft.prop(settings, "soft_weight")
     physical.prop(settings, "max_iters")
     col.prop(settings, "output")
     if settings.output != "SHAPE_KEYS":
         col.prop(settings, "filepath")
+    col.prop(settings, "set_scene_range", text="Set Range")
     layout.operator(operators.CYCLICLOOP_OT_physics_defaults.bl_idname, icon="PHYSICS")
 
 
-def _draw_report(layout, context, run):
-    box = layout.box()
-    box.label(text="Last run", icon="INFO")
-    col = box.column(align=True)
-    col.label(text=f"{METHOD_NAMES.get(run.method, run.method)} on {run.object_name}")
-    col.label(text=f"Seam jump: {run.seam_before:.3g} -> {run.seam_after:.3g}")
-    col.label(text=f"Residual: {run.residual:.3g}")
-    col.label(text=f"Time: {run.seconds:.2f} s, {run.iterations} iterations")
-    col.label(text=f"Initial guess: {run.init_used}")
-    if run.fallback_reason:
-        _wrapped_label(box, context, f"Fell back: {run.fallback_reason}", icon="ERROR")
-    box.operator(operators.CYCLICLOOP_OT_restore.bl_idname, icon="LOOP_BACK")
-
-
 class VIEW3D_PT_cyclic_loop(bpy.types.Panel):
-    """Make Loop, its progress while it runs, the settings of the active object, the last report."""
+    """Make Loop, its progress while it runs, why it cannot run, the settings of the active object."""
 
     bl_label = "Cyclic Loop"
     bl_space_type = "VIEW_3D"
@@ -104,31 +86,121 @@ class VIEW3D_PT_cyclic_loop(bpy.types.Panel):
             row = layout.row()
             row.scale_y = 2.0
             row.operator(operators.CYCLICLOOP_OT_make_loop.bl_idname, icon="FILE_REFRESH")
+        reason = None if run.running else selection.problem(context)
+        if reason:
+            _wrapped_label(layout, context, reason, icon="ERROR")
         if run.message:
             _wrapped_label(layout, context, run.message)
-        if obj is None or obj.type != "MESH":
-            layout.label(text="Select a simulated mesh", icon="ERROR")
-        else:
-            settings = obj.cyclic_loop_settings
-            if not settings.initialized:
-                _wrapped_label(layout, context, "Make Loop first reads the defaults from the physics modifier",
-                               icon="PHYSICS")
-            settings_box = layout.column()
-            settings_box.enabled = not run.running
-            _draw_settings(settings_box, obj, settings)
-            settings_box.operator(farm_operator.CYCLICLOOP_OT_bake_on_farm.bl_idname, icon="NETWORK_DRIVE")
-        if run.has_report and not run.running:
-            _draw_report(layout, context, run)
+        if obj is None or obj.type != "MESH" or reason:
+            return
+        settings = obj.cyclic_loop_settings
+        settings_box = layout.column()
+        settings_box.enabled = not run.running
+        row = settings_box.row(align=True)
+        for key in presets.PRESETS:
+            row.operator(presets.CYCLICLOOP_OT_preset.bl_idname, text=presets.PRESETS[key]["label"]).preset = key
+        _draw_settings(settings_box, obj, settings)
+        settings_box.operator(farm_operator.CYCLICLOOP_OT_bake_on_farm.bl_idname, icon="NETWORK_DRIVE")
 
 
-CLASSES = (VIEW3D_PT_cyclic_loop,)
+class VIEW3D_PT_cyclic_loop_solver(bpy.types.Panel):
+    """The solver's own settings, closed by default."""
+
+    bl_label = "Solver (advanced)"
+    bl_space_type = "VIEW_3D"
+    bl_region_type = "UI"
+    bl_category = "Loop"
+    bl_parent_id = "VIEW3D_PT_cyclic_loop"
+    bl_options = {"DEFAULT_CLOSED"}
+
+    @classmethod
+    def poll(cls, context):
+        obj = context.active_object
+        return obj is not None and obj.type == "MESH"
+
+    def draw(self, context):
+        settings = context.active_object.cyclic_loop_settings
+        col = self.layout.column()
+        col.use_property_split = True
+        col.use_property_decorate = False
+        col.enabled = not context.scene.cyclic_loop_run.running
+        col.active = settings.method == "physical"
+        col.prop(settings, "scheme")
+        col.prop(settings, "init")
+        col.prop(settings, "hard_initial")
+        soft = col.column()
+        soft.active = not settings.hard_initial
+        soft.prop(settings, "soft_weight")
+        col.prop(settings, "substeps")
+
+
+class VIEW3D_PT_cyclic_loop_result(bpy.types.Panel):
+    """The last run: verdicts, loop range with jumps to its ends, seam picture, notes, figures."""
+
+    bl_label = "Last Run"
+    bl_space_type = "VIEW_3D"
+    bl_region_type = "UI"
+    bl_category = "Loop"
+    bl_parent_id = "VIEW3D_PT_cyclic_loop"
+
+    @classmethod
+    def poll(cls, context):
+        run = context.scene.cyclic_loop_run
+        return run.has_report and not run.running
+
+    def draw(self, context):
+        layout, run = self.layout, context.scene.cyclic_loop_run
+        col = layout.column(align=True)
+        for v in json.loads(run.verdict or "[]"):
+            col.label(text=v["headline"], icon=VERDICT_ICONS[v["kind"]])
+            col.label(text=v["detail"], icon="BLANK1")
+        box = layout.box()
+        col = box.column(align=True)
+        line = timeline.loop_line(run, context.scene.render.fps / context.scene.render.fps_base).split(" · ")
+        col.label(text=" · ".join(line[:2]), icon="PREVIEW_RANGE")
+        col.label(text=line[2], icon="BLANK1")
+        row = box.row(align=True)
+        row.operator(timeline.CYCLICLOOP_OT_jump.bl_idname, text="First", icon="REW").end = "FIRST"
+        row.operator(timeline.CYCLICLOOP_OT_jump.bl_idname, text="Last", icon="FF").end = "LAST"
+        icon = run_report.seam_icon()
+        if icon:
+            scale = context.preferences.system.ui_scale
+            layout.template_icon(icon_value=icon, scale=max((context.region.width - 30 * scale) / (20 * scale), 4))
+        for note in filter(None, run.notes.split("\n")):
+            _wrapped_label(layout, context, "Note: " + note, icon="INFO")
+        box = layout.box()
+        box.prop(run, "show_details", icon="TRIA_DOWN" if run.show_details else "TRIA_RIGHT", emboss=False)
+        if run.show_details:
+            for line in run.details.split("\n"):
+                _wrapped_label(box, context, line)
+        layout.operator(operators.CYCLICLOOP_OT_restore.bl_idname, icon="LOOP_BACK")
+
+
+def draw_status_bar(self, context):
+    """The running loop in Blender's status bar, with its own cancel button."""
+    run = context.scene.cyclic_loop_run
+    if not run.running:
+        return
+    row = self.layout.row(align=True)
+    text = f"Cyclic Loop: {run.status_text} · {run.time_text}"
+    if hasattr(row, "progress"):
+        row.progress(factor=run.progress, type="BAR", text=text)
+    else:
+        row.label(text=text, icon="TIME")
+    row.operator(operators.CYCLICLOOP_OT_cancel.bl_idname, text="", icon="X")
+
+
+CLASSES = (VIEW3D_PT_cyclic_loop, VIEW3D_PT_cyclic_loop_solver, VIEW3D_PT_cyclic_loop_result)
 
 
 def register():
     for cls in CLASSES:
         bpy.utils.register_class(cls)
+    bpy.types.STATUSBAR_HT_header.append(draw_status_bar)
 
 
 def unregister():
+    bpy.types.STATUSBAR_HT_header.remove(draw_status_bar)
     for cls in reversed(CLASSES):
         bpy.utils.unregister_class(cls)
+    run_report.unregister()

@@ -15,18 +15,17 @@ MODELS = (
     ("nbody", "N Bodies", "The selected objects are bodies under mutual gravity"),
 )
 SCHEMES = (
-    ("auto", "From Physics", "Linearized for Blender cloth, backward Euler for thin shells and soft bodies, "
-     "symplectic for N bodies"),
-    ("linearized", "Linearized (Blender)", "Residual of one linearized backward-Euler step, the integrator of "
-     "Blender's cloth: the loop keeps the character of a Blender cloth cache"),
-    ("backward", "Backward Euler", "Residual of backward Euler (paper eq. 13)"),
-    ("symplectic", "Symplectic Euler", "Residual of the symplectic scheme (paper eq. 14)"),
+    ("auto", "From Physics", "The physics the object already has decides (recommended)"),
+    ("linearized", "Linearized (Blender)", "Judge the loop by the same steps as Blender's cloth: it keeps the "
+     "look of the cloth cache"),
+    ("backward", "Backward Euler", "A stable, slightly damped judge of the motion (thin shells, soft bodies)"),
+    ("symplectic", "Symplectic Euler", "An undamped judge of the motion (planets, N bodies)"),
 )
 INITS = (
-    ("fast_projection", "Fast Projection", "Keyframe control by fast projection (paper Algorithm 2)"),
-    ("forward", "Forward Simulation", "The forward simulation itself"),
-    ("crossfade", "Crossfade", "A crossfade of the solver's forward simulation"),
-    ("cache", "Blender Cache", "A crossfade of Blender's cached simulation"),
+    ("fast_projection", "Fast Projection", "Start from a quick physical loop (the paper's method)"),
+    ("forward", "Forward Simulation", "Start from the solver's own simulation"),
+    ("crossfade", "Crossfade", "Start from a blend of the solver's own simulation"),
+    ("cache", "Blender Cache", "Start from a blend of Blender's cached simulation (safest for cloth)"),
 )
 METHODS = (
     ("physical", "Physical Loop", "Minimize the residual force around the loop (the paper's method)"),

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from . import files, solve, solve_process
+from . import advice, files, solve, solve_process
 from .errors import LoopInputError, LoopSolveError
 from .solver import sc
 from .vocabulary import METHODS, names
@@ -28,17 +28,6 @@ def crossfade_result(gathered, seconds):
     steps = prob.steps_of(q)
     return sc.LoopResult(q=q, q_steps=steps, initial_guess=steps, init_used="crossfade", seconds=seconds,
                          metrics=dict(loop=sc.loop_metrics(prob, steps)))
-
-
-def progress_fraction(phase, iteration, max_iters, init):
-    """Fraction done (0..1) at ``phase``/``iteration``: fast projection (at most 100 iterations, its
-    default) fills the first half when it makes the initial guess, Gauss–Newton the rest."""
-    fp_share = 0.5 if init == "fast_projection" else 0.0
-    if phase == "fast_projection":
-        return fp_share * min(iteration / 100.0, 1.0)
-    if phase == "gauss_newton":
-        return fp_share + (1.0 - fp_share) * min(iteration / max(max_iters, 1), 1.0)
-    return 0.0
 
 
 class SolveJob:
@@ -160,7 +149,8 @@ class SolveJob:
             usable, reason = solve_process.probe(self.python)
             python = self.python if usable else None
         if python is None:
-            self.notes.append(f"solved inside Blender, which may not redraw during the solve: {reason}")
+            print(f"[cyclic-loop] no separate Python for the solver: {reason}", flush=True)
+            self.notes.append(advice.python_note(reason))
         return python
 
     def _solve_in_process(self, python):
@@ -173,7 +163,8 @@ class SolveJob:
             try:
                 sc.save_problem(paths["problem.npz"], self.gathered.problem)
             except TypeError as exc:
-                self.notes.append(f"solved inside Blender, which may not redraw during the solve: {exc}")
+                print(f"[cyclic-loop] the problem cannot be handed to a separate Python: {exc}", flush=True)
+                self.notes.append(f"{advice.SOLVED_INSIDE}: this model cannot be handed to a separate process")
                 return self._solve_in_thread()
             np.save(paths["clip.npy"], self.gathered.source)
             self.where = "process"

@@ -13,6 +13,8 @@ from .clip_loop import loop_clip, check_init, LoopFailed, CLIP_INITS
 from .report import loop_report, format_report, progress_line, parse_progress, versions
 from .baselines import forward_loop, crossfade_loop
 from .metrics import loop_metrics
+from .seam_picture import seam_picture, png_bytes
+from .verdict import verdict, verdict_lines, details as verdict_details
 from .io import save_problem, load_problem, save_result, load_result
 from .models.cloth import Cloth, MembraneTerm, BendingTerm
 from .models.blender_cloth import BlenderCloth

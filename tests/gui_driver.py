@@ -2,12 +2,14 @@
 
     blender --enable-event-simulate SAMPLE.blend --python tests/gui_driver.py -- ADDON_ZIP SHOT_DIR RESULT_JSON
 
-Installs the legacy add-on zip, opens the Loop tab (clicks on the sidebar's tabs), clicks
-Make Loop, presses Esc once the progress bar moves (cancel), clicks Make Loop again and lets it finish
-while orbiting the view, saving screenshots during and after the run and timing the waits between
-timer ticks, between viewport redraws and for the GIL (main-thread stalls). Every step runs from a
-timer, so the window keeps handling events between steps; the observations go to RESULT_JSON for the
-test to judge, then Blender quits.
+Installs the legacy add-on zip, opens the Loop tab (clicks on the sidebar's tabs) with the flag's
+post selected (Make Loop disabled, the reason inline), selects the flag (its settings read from its
+physics at once, a stale message cleared), clicks Make Loop, presses Esc once the progress bar moves
+(cancel), clicks Make Loop again and lets a short run finish while orbiting the view (a screenshot in
+each phase; a run that stops at its iteration cap), then a run that converges; saving screenshots and
+timing the waits between timer ticks, between viewport redraws and for the GIL (main-thread stalls).
+Every step runs from a timer, so the window keeps handling events between steps; the observations go
+to RESULT_JSON for the test to judge, then Blender quits.
 """
 import json
 import os
@@ -23,6 +25,8 @@ TICK = 0.05
 ORBIT_TICKS = 10        # during the solve, orbit the view every this many ticks (an artist at work)
 MAX_ITERS = 6
 N_FRAMES = 12           # a short loop: a quick solve
+PHASE_SHOTS = {"gather": "panel_reading", "": "panel_starting", "fast_projection": "panel_initial_guess",
+               "gauss_newton": "panel_optimizing", "write": "panel_writing"}
 TIMEOUT = 240.0
 
 result = dict(samples=[], errors=[], screenshots={})
@@ -68,12 +72,47 @@ def orbit_view(step):
         return bpy.ops.view3d.view_orbit(angle=0.1, type="ORBITLEFT" if step % 2 else "ORBITRIGHT")
 
 
-def screenshot(name):
+def screenshot(name, whole_window=False):
+    """Save the 3D viewport with its sidebar (or the whole window, status bar included) as NAME.png."""
     window, area, _ = view3d()
     path = os.path.join(SHOT_DIR, f"{name}.png")
     with bpy.context.temp_override(window=window, area=area):
-        bpy.ops.screen.screenshot_area(filepath=path)
+        if whole_window:
+            bpy.ops.screen.screenshot(filepath=path)
+        else:
+            bpy.ops.screen.screenshot_area(filepath=path)
     result["screenshots"][name] = path
+
+
+def select(obj):
+    for ob in bpy.context.scene.objects:
+        ob.select_set(ob is obj)
+    bpy.context.view_layer.objects.active = obj
+
+
+def text_fits(texts):
+    """The widest of ``texts`` in the UI font (blf) and the sidebar's width for a label with an icon."""
+    import blf
+    _, _, region = view3d()
+    prefs = bpy.context.preferences
+    scale = prefs.system.ui_scale
+    points = prefs.ui_styles[0].widget.points * scale
+    try:
+        blf.size(0, points)
+    except TypeError:               # Blender 3.x: size(fontid, size, dpi)
+        blf.size(0, points, 72)
+    widest = max(blf.dimensions(0, t)[0] for t in texts)
+    # panel margins, the box, the icon column
+    return dict(widest=widest, room=region.width - int((2 * 10 + 20 + 12) * scale))
+
+
+def click_make_loop(run):
+    window, _, _ = view3d()
+    simulate_click(window, *make_loop_button())
+    for _ in range(40):
+        yield
+        if run.running:
+            break
 
 
 def loop_keys(obj):
@@ -97,6 +136,7 @@ def sample(run, label):
     result["samples"].append(dict(label=label, t=round(time.monotonic() - state["started"], 3),
                                   running=run.running, phase=run.phase, iteration=run.iteration,
                                   progress=run.progress, loss=run.loss, timer_redraws=run.redraws,
+                                  status_text=run.status_text, time_text=run.time_text,
                                   panel_draws=state["panel_draws"], viewport_draws=state["viewport_draws"]))
 
 
@@ -131,19 +171,13 @@ def steps():
     handle = bpy.types.SpaceView3D.draw_handler_add(count_viewport_draw, (), "WINDOW", "POST_PIXEL")
     scene = bpy.context.scene
     obj = next(ob for ob in scene.objects if any(m.type == "CLOTH" for m in ob.modifiers))
-    for ob in scene.objects:
-        ob.select_set(ob is obj)
-    bpy.context.view_layer.objects.active = obj
+    post = scene.objects["Post"]
+    run = scene.cyclic_loop_run
+    select(post)                    # a mesh without physics: Make Loop is disabled, the reason is shown
     window, area, region = view3d()
     area.spaces[0].show_region_ui = True
     bpy.context.preferences.view.smooth_view = 0    # an orbit is one redraw, not an animation
     yield
-    settings = obj.cyclic_loop_settings
-    with bpy.context.temp_override(window=window, area=area):
-        assert bpy.ops.cyclic_loop.physics_defaults() == {"FINISHED"}
-    settings.frame_start = scene["loop_frames"][0]
-    settings.frame_end = settings.frame_start + N_FRAMES - 1
-    settings.substeps, settings.max_iters = 1, MAX_ITERS
     # Open the Loop tab: click down the sidebar's tab strip (Item, Tool, View, ...) until our panel draws.
     window, area, region = view3d()
     x = region.x + region.width - int(10 * bpy.context.preferences.system.ui_scale)
@@ -156,18 +190,34 @@ def steps():
         if state["panel_draws"] > before:
             break
     result["loop_tab_open"] = state["panel_draws"] > 0
+    result["sidebar_width"] = region.width
+    result["invalid_can_make_loop"] = bpy.ops.cyclic_loop.make_loop.poll()
+    selection = sys.modules["cyclic_loop.cyclic_loop_addon.selection"]
+    result["invalid_reason"] = selection.problem(bpy.context)
+    run.message = "Not started: an old message"
+    screenshot("panel_invalid")
+    select(obj)                     # its settings come from its physics at once; the old message goes
+    for _ in range(3):
+        yield
+    settings = obj.cyclic_loop_settings
+    result["on_select"] = dict(initialized=settings.initialized, frames=[settings.frame_start, settings.frame_end],
+                               model=settings.model, substeps=settings.substeps, message=run.message,
+                               can_make_loop=bpy.ops.cyclic_loop.make_loop.poll())
+    mod = next(m for m in obj.modifiers if m.type == "CLOTH")
+    result["cache"] = dict(frames=[mod.point_cache.frame_start, mod.point_cache.frame_end],
+                           quality=mod.settings.quality)
     screenshot("panel_before")
-    run, original = scene.cyclic_loop_run, snapshot(obj)
+    settings.frame_start = scene["loop_frames"][0]
+    settings.frame_end = settings.frame_start + N_FRAMES - 1
+    settings.substeps, settings.max_iters = 1, MAX_ITERS
+    original = snapshot(obj)
+    result["range_before"] = [scene.frame_start, scene.frame_end]
 
     # Run 1: click Make Loop, press Esc once the progress bar has moved.
-    simulate_click(window, *make_loop_button())
-    for _ in range(40):
-        yield
-        if run.running:
-            break
+    yield from click_make_loop(run)
     result["run1_started"] = run.running
     deadline = time.monotonic() + TIMEOUT
-    while run.running and run.progress == 0.0 and time.monotonic() < deadline:
+    while run.running and run.phase in ("gather", "") and time.monotonic() < deadline:
         result["run1_solving_in"] = solving_in() or result.get("run1_solving_in")
         sample(run, "run1")
         yield
@@ -184,13 +234,16 @@ def steps():
     yield
     screenshot("panel_cancelled")
 
-    # Run 2: click Make Loop, watch it to the end; a second Make Loop meanwhile is refused.
+    # Run 2 (from fast projection, stopped at its iteration cap): click Make Loop, watch it to the end, a
+    # screenshot in each phase (optimizing: once the time left is known, with the status bar); a second
+    # Make Loop meanwhile is refused.
+    settings.init = "fast_projection"
     simulate_click(window, *make_loop_button())
+    result["run2_started"] = True
     for _ in range(40):
-        yield
         if run.running:
             break
-    result["run2_started"] = run.running
+        yield
     deadline = time.monotonic() + TIMEOUT
     ticks, draws_from, probe = [], len(state["draw_times"]), GilProbe()
     probe.start()
@@ -204,8 +257,14 @@ def steps():
         if "second_make_loop" not in result and run.progress > 0.0:
             with bpy.context.temp_override(window=window, area=area, region=region):
                 result["second_make_loop"] = sorted(bpy.ops.cyclic_loop.make_loop("INVOKE_DEFAULT"))
-        if "panel_during" not in result["screenshots"] and run.progress >= 0.6:
-            screenshot("panel_during")
+        shot = PHASE_SHOTS.get(run.phase)
+        if run.running and shot and shot not in result["screenshots"] and (
+                run.phase != "gauss_newton" or run.time_text.endswith(" left")):
+            with bpy.context.temp_override(window=window, area=area):    # draw this phase now: the
+                bpy.ops.wm.redraw_timer(type="DRAW_WIN_SWAP", iterations=1)  # screenshot shows the last drawn
+            screenshot(shot)
+            if run.phase == "gauss_newton":
+                screenshot("window_optimizing", whole_window=True)
             ticks.append(None)      # the screenshot's own wait is not a stall of the window
         yield
     probe.stop.set()
@@ -219,13 +278,50 @@ def steps():
     result["run2_longest_tick_gap"] = longest_gap(ticks)
     result["run2_longest_draw_gap"] = longest_gap([t for t in state["draw_times"][draws_from:] if t <= times[-1]])
     yield
-    screenshot("panel_after")
+    screenshot("panel_not_converged")
     result["run2_message"] = run.message
+    result["run2_verdict"] = json.loads(run.verdict)
+    result["run2_range"] = [scene.frame_start, scene.frame_end]
+    result["run2_loop"] = [run.loop_first, run.loop_last]
+    verdict_texts = [t for v in result["run2_verdict"] for t in (v["headline"], v["detail"])]
+    result["run2_verdict_fit"] = text_fits(verdict_texts)
+    with bpy.context.temp_override(window=window, area=area, region=region):
+        bpy.ops.cyclic_loop.jump(end="LAST")
+        result["jump_last"] = scene.frame_current
+        bpy.ops.cyclic_loop.jump(end="FIRST")
+        result["jump_first"] = scene.frame_current
     result["report"] = dict(has_report=run.has_report, method=run.method, init_used=run.init_used,
                             seam_before=run.seam_before, seam_after=run.seam_after, residual=run.residual,
                             seconds=run.seconds, iterations=run.iterations)
     result["loop_keys_after"] = len(loop_keys(obj))
     result["n_loop_frames"] = settings.frame_end - settings.frame_start + 1
+
+    # Run 3: Restore Simulation, then from Blender's cache, up to 50 iterations: it converges.
+    result["looped_reason"] = selection.problem(bpy.context)
+    with bpy.context.temp_override(window=window, area=area, region=region):
+        assert bpy.ops.cyclic_loop.restore() == {"FINISHED"}
+    result["range_after_restore"] = [scene.frame_start, scene.frame_end]
+    settings.init, settings.max_iters = "cache", 50
+    yield from click_make_loop(run)
+    deadline = time.monotonic() + TIMEOUT
+    while run.running and time.monotonic() < deadline:
+        yield
+    for _ in range(4):
+        yield
+    result["run3_message"] = run.message
+    result["run3_verdict"] = json.loads(run.verdict)
+    result["run3_verdict_fit"] = text_fits([t for v in result["run3_verdict"] for t in (v["headline"], v["detail"])])
+    result["run3_seam_icon"] = sys.modules["cyclic_loop.cyclic_loop_addon.run_report"].seam_icon()
+    screenshot("panel_verdict")
+    run.show_details = True
+    for _ in range(4):              # drawn open, so the sidebar can scroll down to them
+        yield
+    with bpy.context.temp_override(window=window, area=area, region=region):
+        for _ in range(30):         # down to the seam picture and the details
+            bpy.ops.view2d.scroll_down(deltax=0, deltay=40)
+    for _ in range(4):
+        yield
+    screenshot("panel_seam")
     bpy.types.SpaceView3D.draw_handler_remove(handle, "WINDOW")
 
 

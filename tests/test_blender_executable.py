@@ -26,10 +26,24 @@ def blender_run(*args, timeout=600, cwd=None):
                           capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
+SAMPLES = ("flag", "swing", "softbody", "ribbons", "planets")
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_bundled_sample_opens_in_this_blender(name):
+    """Each committed sample opens in this Blender (the oldest the add-on supports) with its caches baked:
+    the samples are saved by Blender 3.4, which later Blenders read (a file of a later Blender crashes it)."""
+    check = ("import bpy; mods = [m for ob in bpy.data.objects for m in ob.modifiers if m.type in {'CLOTH', "
+             "'SOFT_BODY'}]; assert all(m.point_cache.is_baked for m in mods); print('opened', len(bpy.data.objects), "
+             "len(mods), tuple(bpy.context.scene['loop_frames']))")
+    proc = blender_run(os.path.join(ROOT, "sample_scenes", f"{name}.blend"), "--python-expr", check, timeout=120)
+    assert proc.returncode == 0 and "opened " in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
 @pytest.fixture(scope="module")
 def flag_blend(tmp_path_factory):
-    """The flag sample built by this Blender (the committed samples are saved by Blender 4.5), with a
-    relative --out (Blender resolves it against its own folder unless build_samples makes it absolute)."""
+    """The flag sample built by this Blender now, with a relative --out (Blender resolves it against its own
+    folder unless build_samples makes it absolute)."""
     out = tmp_path_factory.mktemp("samples")
     proc = blender_run("--python", os.path.join(ROOT, "sample_scenes", "build_samples.py"), "--",
                        "--out", ".", "flag", cwd=str(out))
@@ -208,12 +222,12 @@ def test_a_file_blender_cannot_open_is_refused(flag_blend, tmp_path, content):
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["scene.blend"]
 
 
-@pytest.mark.parametrize("option, message", [("--abc", "no Alembic exporter"), ("--preview", "needs matplotlib")])
+@pytest.mark.parametrize("option, message", [("--abc", "no Alembic exporter")])
 def test_outputs_this_blender_cannot_write_are_refused_up_front(flag_blend, tmp_path, option, message):
-    """Debian's Blender 3.4 has no Alembic exporter and no matplotlib: said before any work, status 2."""
+    """Debian's Blender 3.4 has no Alembic exporter: said before any work, status 2."""
     proc = blender_run(flag_blend, "--python", BAKE, "--", *QUICK, option, str(tmp_path / "x.out"))
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
-    assert "gathering" not in proc.stdout and os.listdir(tmp_path) == []
+    assert "Reading the simulation" not in proc.stdout and os.listdir(tmp_path) == []
 
 
 def test_ctrl_c_stops_a_headless_bake_with_130(flag_blend, tmp_path):
@@ -221,7 +235,7 @@ def test_ctrl_c_stops_a_headless_bake_with_130(flag_blend, tmp_path):
     proc = subprocess.Popen([bpy.app.binary_path, "-b", "--factory-startup", flag_blend, "--python", BAKE, "--",
                              *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:        # interrupt once the solve runs
-        if "iteration 1:" in line:
+        if "iteration 1 " in line:
             proc.send_signal(subprocess.signal.SIGINT)
             break
     out, err = proc.communicate(timeout=120)

@@ -309,12 +309,22 @@ def test_headless_bake_end_to_end(tmp_path):
            "--json", out["json"]]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=str(tmp_path))
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "gauss_newton iteration 1" in run.stdout and "source cache" in run.stdout and "init: cache" in run.stdout
+    assert "source cache" in run.stdout and "init: cache" in run.stdout
+    # progress in words, a percentage that never goes back, elapsed and time left; the verdict in words
+    lines = [line for line in run.stdout.splitlines() if " elapsed · " in line]
+    phases = [line.split("] ")[1].split(" ")[0] for line in lines]
+    assert {"Reading", "Starting", "Optimizing", "Writing"} <= set(phases), lines
+    percents = [int(line.split("%")[0].rsplit(" ", 1)[1]) for line in lines]
+    assert percents == sorted(percents) and percents[-1] <= 100, percents
+    assert any(line.endswith(" left") and "Optimizing" in line for line in lines), lines
+    assert "[cyclic-loop] Seamless: " in run.stdout and "[cyclic-loop] Physics: " in run.stdout
     assert "GB" in run.stdout.split("memory estimate")[1].splitlines()[0]   # printed before the solve
     assert all(os.path.getsize(p) > 0 for p in out.values())
     assert sha256(src) == before
     rep = json.load(open(out["json"]))
     assert rep["n_frames"] == 24 and rep["gauss_newton_iterations"] >= 1
+    assert [v["headline"].split(":")[0] for v in rep["verdict"][:2]] == ["Seamless", "Physics"]
+    assert open(out["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     assert all(np.isfinite(rep[row][key]) for row in ("source", "loop") for key in ("position_jump", "velocity_jump",
                                                                                   "residual_rel_mean"))
     points, _, _ = export.read_pc2(out["pc2"])
@@ -330,3 +340,13 @@ def test_headless_bake_end_to_end(tmp_path):
     bad = subprocess.run(cmd[:3] + ["--", "--object", "Ribbons", "--frames", "1", "2", "--abc", out["abc"]],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "at least 4" in bad.stderr
+
+
+@pytest.mark.parametrize("name", ("flag", "swing", "softbody", "ribbons", "planets"))
+def test_bundled_sample_opens_in_the_bpy_module(name):
+    """The committed samples (saved by Blender 3.4, the oldest supported) open in this bpy with their caches
+    baked (tests/test_blender_executable.py opens them in Debian's Blender)."""
+    bpy.ops.wm.open_mainfile(filepath=sample_path(name))
+    mods = [m for ob in bpy.data.objects for m in ob.modifiers if m.type in {"CLOTH", "SOFT_BODY"}]
+    assert bpy.data.version[:2] == (3, 4) and all(m.point_cache.is_baked for m in mods)
+    assert len(mods) == (0 if name == "planets" else 1) and len(bpy.context.scene["loop_frames"]) == 2

@@ -1,11 +1,13 @@
-"""A real Blender window under Xvfb (Debian's `blender`, `xvfb`): open the Loop tab, click Make Loop on
-the flag sample, cancel with Esc, run to the end while orbiting the view; tests/gui_driver.py does it
-inside Blender and the screenshots of the panel are kept in out/ci_screenshots/ (CI output).
+"""A real Blender window under Xvfb (Debian's `blender`, `xvfb`): open the Loop tab on an object that cannot
+loop, select the flag sample, click Make Loop, cancel with Esc, run to the end while orbiting the view,
+then a run that converges; tests/gui_driver.py does it inside Blender and the screenshots of the panel
+are kept in out/ci_screenshots/ (CI output; the ones in docs/panel/ are copies of them).
 
     .venv/bin/python -m pytest -q -s tests/test_gui_xvfb.py     (-s shows the measured redraw gaps)
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,6 +89,62 @@ def test_progress_advances_while_window_redraws(gui_run):
     assert gui_run["second_make_loop"] == ["CANCELLED"]
 
 
+def test_invalid_selection_disables_make_loop_with_the_reason(gui_run):
+    assert gui_run["invalid_can_make_loop"] is False
+    assert gui_run["invalid_reason"].startswith("Post has no Cloth or Soft Body to loop")
+
+
+def test_settings_are_read_from_physics_on_selection(gui_run):
+    """Selecting the flag fills its settings from its cloth (no button pressed) and clears the old message."""
+    on, cache = gui_run["on_select"], gui_run["cache"]
+    first, last = cache["frames"]
+    assert on["initialized"] and on["frames"] == [first + (last - first + 1) // 3, last]
+    assert on["model"] == "blender_cloth" and on["substeps"] == cache["quality"]
+    assert on["message"] == "" and on["can_make_loop"]
+
+
+def test_progress_names_phases_moves_smoothly_and_says_time_left(gui_run):
+    run2 = [s for s in gui_run["samples"] if s["label"] == "run2" and s["running"]]
+    phases = []
+    for s in run2:
+        if not phases or phases[-1] != s["phase"]:
+            phases.append(s["phase"])
+    assert phases == ["gather", "", "fast_projection", "gauss_newton", "write"], phases
+    words = {s["status_text"].rsplit(" ", 1)[0] for s in run2}
+    assert words == {"Reading the simulation", "Starting the solver", "Initial guess", "Optimizing",
+                     "Writing the loop"}, words
+    assert all(re.fullmatch(r"\d+%", s["status_text"].rsplit(" ", 1)[1]) for s in run2)
+    assert all(" elapsed · " in s["time_text"] for s in run2)
+    left = [s["time_text"] for s in run2 if s["phase"] == "gauss_newton" and s["time_text"].endswith(" left")]
+    assert left and all(re.search(r"· (under a minute|about \d+ min) left$", t) for t in left), left
+    # no jump while solving (when the solver converges before its iteration cap, the bar then completes)
+    progress = [s["progress"] for s in run2 if s["phase"] != "write"]
+    assert max(b - a for a, b in zip(progress, progress[1:])) < 0.15, progress
+    assert {"panel_reading", "panel_starting", "panel_initial_guess", "panel_optimizing", "panel_writing",
+            "window_optimizing"} <= set(gui_run["screenshots"])
+
+
+def test_verdict_lines_fit_the_default_sidebar(gui_run):
+    capped, converged = gui_run["run2_verdict"], gui_run["run3_verdict"]
+    for verdict in (capped, converged):
+        assert verdict[0]["headline"].startswith("Seamless: ") and verdict[1]["headline"].startswith("Physics: ")
+    assert any(v["headline"] == "Not converged yet" and re.search(r"^\+\d+ iterations: ", v["detail"])
+               for v in capped), capped
+    assert any(v["headline"] == "Converged" for v in converged), converged
+    for fit in (gui_run["run2_verdict_fit"], gui_run["run3_verdict_fit"]):
+        assert fit["widest"] <= fit["room"], fit
+    assert gui_run["run3_seam_icon"] > 0          # the seam picture is in the panel
+
+
+def test_scene_range_is_set_to_the_loop(gui_run):
+    first, last = gui_run["run2_loop"]
+    assert last - first + 1 == gui_run["n_loop_frames"] and gui_run["run2_range"] == [first, last]
+    assert gui_run["range_before"] != [first, last]
+    assert (gui_run["jump_last"], gui_run["jump_first"]) == (last, first)
+    assert gui_run["looped_reason"].startswith("Flag loops already: Restore Simulation")
+    assert gui_run["range_after_restore"] == gui_run["range_before"]      # Restore Simulation gives it back
+
+
 def test_run_to_the_end_writes_loop_and_report(gui_run):
     assert gui_run["run2_started"] and gui_run["run2_message"].startswith("Loop written")
     rep = gui_run["report"]
@@ -95,6 +153,7 @@ def test_run_to_the_end_writes_loop_and_report(gui_run):
 
 
 def test_screenshots_saved(gui_run):
-    for name in ("panel_before", "panel_during", "panel_cancelled", "panel_after"):
+    for name in ("panel_invalid", "panel_before", "panel_cancelled", "panel_not_converged", "panel_verdict",
+                 "panel_seam"):
         path = gui_run["screenshots"][name]
         assert os.path.getsize(path) > 10_000, path

@@ -1,0 +1,154 @@
+"""Progress of one Make Loop or bake in words: the phase, a percentage that only moves forward and never
+jumps, the time elapsed and an estimate of the time left. No bpy: the panel, the status bar and bake.py
+print the same figures.
+"""
+import time
+
+from .solver import sc
+
+# the solver's callback phases (and the add-on's own steps around the solve) in words
+PHASE_WORDS = {"gather": "Reading the simulation", "": "Starting the solver", "fast_projection": "Initial guess",
+               "forward": "Initial guess", "crossfade": "Crossfade", "gauss_newton": "Optimizing",
+               "write": "Writing the loop"}
+FP_ITERATIONS = 100     # fast projection's iteration cap (solver_core's default)
+STARTED = 0.03          # the fraction once the simulation is read
+GUESS_END = 0.35        # fast projection fills up to this fraction (it may stop early: optimizing goes on from there)
+SOLVED = 0.97           # the fraction when the solve is done; writing fills the rest
+
+
+def words(phase):
+    """The phase's name for an artist."""
+    return PHASE_WORDS.get(phase, phase.replace("_", " ").capitalize())
+
+
+def duration(seconds):
+    """12 s, 3 min 05 s, 1 h 02 min."""
+    seconds = int(round(max(seconds, 0.0)))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def about(seconds):
+    """A rounded estimate: under a minute, about 3 min, about 1 h 10 min."""
+    if seconds < 60:
+        return "under a minute"
+    if seconds < 3600:
+        return f"about {int(round(seconds / 60))} min"
+    return f"about {int(seconds // 3600)} h {int(round(seconds % 3600 / 60)):02d} min"
+
+
+class Progress:
+    """The progress of one run with up to ``max_iters`` optimizing iterations after an initial guess (fast
+    projection counts up to FP_ITERATIONS iterations; the other guesses are instant). After fast
+    projection the optimizing budget includes the race of make_loop's fallback (RACE_ITERATIONS from a
+    second guess), whose iterations the solver counts on.
+
+    ``update(phase, iteration)`` after each solver callback. Each phase fills its own share from where
+    the previous one stopped, so a fast projection that gives up early moves on without a jump, and
+    between callbacks ``shown`` moves on at the iterations' own pace; the time left is that pace times
+    the iterations left (an upper estimate: the solver may converge sooner)."""
+
+    def __init__(self, max_iters, clock=time.monotonic):
+        self.max_iters = max(int(max_iters), 1)
+        self.clock = clock
+        self.started = clock()
+        self.phase = "gather"
+        self.iteration = 0
+        self.fraction = 0.0
+        self._phase_start = (self.started, 0.0)     # (time, fraction) when the phase began
+        self._first_iteration = None                # (time, iteration) of the phase's first callback
+        self._last = (self.started, 0.0)            # (time, fraction) of the last callback
+        self._shown = 0.0
+        self.budget = self.max_iters                # optimizing iterations expected
+
+    def update(self, phase, iteration=0):
+        """Record the solver's (or the add-on's) phase and iteration; returns the fraction done."""
+        now = self.clock()
+        if phase != self.phase:
+            if self.phase == "fast_projection":
+                self.budget = self.max_iters + min(sc.loop.RACE_ITERATIONS, self.max_iters)
+            self.phase = phase
+            self._phase_start, self._first_iteration = (now, self.fraction), None
+        self.iteration = int(iteration)
+        if self._first_iteration is None and phase in ("fast_projection", "gauss_newton"):
+            self._first_iteration = (now, self.iteration)
+        lo = self._phase_start[1]
+        if phase == "fast_projection":
+            share = min(self.iteration / FP_ITERATIONS, 1.0)
+            target = lo + (max(GUESS_END, lo) - lo) * share
+        elif phase == "gauss_newton":
+            target = lo + (max(SOLVED, lo) - lo) * min(self.iteration / self.budget, 1.0)
+        elif phase == "write":
+            target = max(SOLVED, lo)
+        elif phase == "gather":
+            target = 0.0
+        else:
+            target = max(STARTED, lo)
+        self.fraction = min(max(self.fraction, target), 1.0)
+        self._last = (now, self.fraction)
+        return self.fraction
+
+    @property
+    def step(self):
+        """The fraction one iteration of the current phase adds."""
+        lo = self._phase_start[1]
+        if self.phase == "gauss_newton":
+            return (max(SOLVED, lo) - lo) / self.budget
+        if self.phase == "fast_projection":
+            return (max(GUESS_END, lo) - lo) / FP_ITERATIONS
+        return 0.0
+
+    @property
+    def pace(self):
+        """Seconds per iteration of the current phase so far (None before two callbacks)."""
+        if self._first_iteration is None:
+            return None
+        t0, i0 = self._first_iteration
+        return (self._last[0] - t0) / (self.iteration - i0) if self.iteration > i0 else None
+
+    @property
+    def shown(self):
+        """The fraction to show now: the last callback's, moved on at the iterations' pace (at most to
+        the next iteration's), never less than shown before."""
+        pace, (t, fraction) = self.pace, self._last
+        if pace:
+            fraction += self.step * min((self.clock() - t) / pace, 0.9)
+        self._shown = max(self._shown, min(fraction, 1.0))
+        return self._shown
+
+    @property
+    def elapsed(self):
+        return self.clock() - self.started
+
+    @property
+    def seconds_left(self):
+        """Estimated seconds to the iteration cap while optimizing (None before the pace is known)."""
+        pace = self.pace
+        if self.phase != "gauss_newton" or pace is None:
+            return None
+        return max(pace * (self.budget - self.iteration) - (self.clock() - self._last[0]), 0.0)
+
+    def time_text(self):
+        """"1 min 05 s elapsed · about 2 min left" (before the pace is known: "time left: estimating")."""
+        left = self.seconds_left
+        if self.phase == "write":
+            tail = "almost done"
+        elif left is None:
+            tail = "time left: estimating"
+        else:
+            tail = f"{about(left)} left"
+        return f"{duration(self.elapsed)} elapsed · {tail}"
+
+    def headline(self):
+        """"Optimizing 45%"."""
+        return f"{words(self.phase)} {self.shown:.0%}"
+
+    def line(self, loss=None):
+        """One line for a console: phase, percentage, iteration, loss, elapsed and time left."""
+        detail = f" · iteration {self.iteration}" if self.phase in ("fast_projection", "gauss_newton") else ""
+        if loss is not None and loss == loss:
+            detail += f" · loss {loss:.6g}"
+        return f"{self.headline()}{detail} · {self.time_text()}"

@@ -1,0 +1,110 @@
+"""The words and the picture the panel and bake.py show (no Blender needed): progress phases, percentage
+and time left; verdict lines; the seam picture; the note when no separate Python can solve."""
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+import solver_core as sc
+from cyclic_loop_addon.advice import python_note
+from cyclic_loop_addon.progress import Progress, about, duration
+from solver_core.loop import CONVERGED, ITERATION_CAP, RACE_ITERATIONS
+from solver_core.verdict import LINE_CHARS
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_progress_never_jumps_when_fast_projection_gives_up_early():
+    clock = Clock()
+    p = Progress(max_iters=20, clock=clock)
+    assert p.headline() == "Reading the simulation 0%" and p.time_text() == "0 s elapsed · time left: estimating"
+    seen = [p.update("")]
+    for it in range(1, 5):              # fast projection stops after 4 of its up to 100 iterations
+        clock.t += 1.0
+        seen.append(p.update("fast_projection", it))
+    assert p.headline().startswith("Initial guess ")
+    for it in range(1, 5):
+        clock.t += 3.0
+        seen.append(p.update("gauss_newton", it))
+    steps = np.diff(seen)
+    assert np.all(steps >= 0) and steps.max() < 0.1, seen
+    # after fast projection the budget includes make_loop's race: 20 + 10 iterations at 3 s each
+    assert p.budget == 20 + min(RACE_ITERATIONS, 20)
+    assert p.seconds_left == pytest.approx(3.0 * (p.budget - 4))
+    assert p.time_text() == "16 s elapsed · about 1 min left"
+    clock.t += 1.5                      # between callbacks the shown fraction moves at the iterations' pace
+    assert seen[-1] < p.shown < seen[-1] + p.step
+    assert p.seconds_left == pytest.approx(3.0 * (p.budget - 4) - 1.5)
+    p.update("write")
+    assert p.headline().startswith("Writing the loop ") and p.time_text().endswith("almost done")
+
+
+def test_durations_in_words():
+    assert (duration(5.4), duration(65), duration(3720)) == ("5 s", "1 min 05 s", "1 h 02 min")
+    assert (about(30), about(150), about(4000)) == ("under a minute", "about 2 min", "about 1 h 07 min")
+
+
+def metrics(jump, residual):
+    return dict(position_jump=0.01 * jump, velocity_jump=0.1 * jump, position_jump_ratio=jump,
+                velocity_jump_ratio=jump, residual_rel_mean=residual, residual_rel_max=3 * residual, loss=1.0)
+
+
+def test_verdict_lines_are_short_and_say_it_in_words():
+    rep = dict(source=metrics(7.5, 0.9), loop=metrics(1.1, 0.03), status=CONVERGED, stop_reason="tol", gauss_newton_iterations=12,
+               fast_projection_iterations=0, seconds=30.0, init_used="cache", fallback_reason="")
+    assert sc.verdict_lines(rep) == ["Seamless: yes — 6.8× smoother than cache",
+                                     "Physics: closer than cache — residual 0.03 vs 0.9",
+                                     "Converged — 12 iterations, < 1 min"]
+    capped = dict(rep, loop=metrics(3.0, 2.0), status=ITERATION_CAP, stop_reason="max_iters", gauss_newton_iterations=50, seconds=600.0,
+                  init_used="crossfade", fallback_reason="fast projection did not close the loop: ...")
+    verdict = sc.verdict(capped)
+    assert [v["kind"] for v in verdict] == ["bad", "warn", "warn", "warn"]
+    assert [v["headline"] for v in verdict] == ["Seamless: no", "Physics: worse than cache",
+                                                "Not converged yet", "Fell back to a crossfade"]
+    assert verdict[2]["detail"] == "+50 iterations: ~10 min"
+    for v in sc.verdict(rep) + verdict:
+        assert len(v["headline"]) <= LINE_CHARS and len(v["detail"]) <= LINE_CHARS
+    assert any("0.03 in the loop" in line for line in sc.verdict_details(rep))
+    crossfade = dict(rep, status=3, stop_reason="", gauss_newton_iterations=0, init_used="crossfade")
+    assert [v["headline"] for v in sc.verdict(crossfade)] == ["Seamless: yes", "Physics: closer than cache"]
+
+
+def read_png(data):
+    """(width, height, rgb) of the PNG ``png_bytes`` writes (8-bit RGB, filter 0 rows)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    w, h = struct.unpack(">II", data[16:24])
+    idat = data.index(b"IDAT")
+    size = struct.unpack(">I", data[idat - 4:idat])[0]
+    raw = np.frombuffer(zlib.decompress(data[idat + 4:idat + 4 + size]), dtype=np.uint8).reshape(h, 1 + 3 * w)
+    assert np.all(raw[:, 0] == 0)
+    return w, h, raw[:, 1:].reshape(h, w, 3)
+
+
+def test_seam_picture_marks_the_wrap_and_reads_back_as_png():
+    t = np.arange(24) / 24
+    loop = np.zeros((24, 4, 3))
+    loop[:, :, 2] = np.sin(2 * np.pi * t)[:, None] * np.array([1.0, 0.5, 0.2, 0.0])
+    cache = loop + np.linspace(0, 0.5, 24)[:, None, None] * np.array([0, 0, 1.0])      # drifts: a jump at the wrap
+    rgb = sc.seam_picture(cache, loop, 1 / 24)
+    w, h, back = read_png(sc.png_bytes(rgb))
+    assert (w, h) == (360, rgb.shape[0]) and np.array_equal(back, rgb)
+    red = np.all(np.abs(rgb.astype(int) - [214, 39, 40]) < 40, axis=-1)
+    columns = np.flatnonzero(red.sum(axis=0) > 100)       # the wrap: red vertical lines amid each plot column
+    assert {90, 269} <= set(columns) and all(abs(c - 90) <= 1 or abs(c - 269) <= 1 for c in columns), columns
+    assert (rgb[:30] < 100).all(axis=-1).sum() > 100      # the column titles are written
+    assert sc.seam_picture(cache, loop, 1 / 24, scale=2).shape[1] == 720
+
+
+def test_python_note_says_what_to_install_not_the_exception():
+    reason = ("/usr/bin/python3.11 cannot run the solver (ModuleNotFoundError: No module named 'scipy'); "
+              "no Python at '/opt/blender/python'")
+    note = python_note(reason)
+    assert "install scipy" in note and "/usr/bin" not in note and "ModuleNotFoundError" not in note
+    assert "different" not in python_note("/x has {'numpy': '1'}, Blender has {'numpy': '2'}").split(":")[0]
