@@ -33,7 +33,12 @@ from .result import CANCELLED, CONVERGED, ITERATION_CAP, NO_PROGRESS, Result, ha
 
 
 class FastProjectionDiverged(RuntimeError):
-    """Fast projection failed (Remark 2): the control force it needs is too large."""
+    """Fast projection failed (Remark 2): the control force it needs is too large. ``best``: its lowest-G
+    iterate (n_steps, n, 3), None when no step lowered G; ``nit``: its iterations."""
+
+    def __init__(self, message, best=None, nit=0):
+        super().__init__(message)
+        self.best, self.nit = best, nit
 
 
 def _rms(x):
@@ -185,7 +190,8 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
 
     Raises FastProjectionDiverged (Remark 2), saying why, when the forward simulation fails, or when it
     stops short of both rules (no damping makes a step reduce G, a stall, or the iteration cap) with
-    the loop still open: RMS mismatch sqrt(2 G) above ``accept`` of the clip's median per-step change.
+    the loop still open: RMS mismatch sqrt(2 G) above ``accept`` of the clip's median per-step change; the
+    exception keeps the last (lowest-G) iterate.
     A ``callback(info)`` that ``halts`` cancels and returns the last iterate.
     """
     L = prob.n_steps
@@ -245,15 +251,17 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
             message = "cancelled"
             break
     stopped = info["cancelled"] or G <= max(rtol, stop_fraction) * g0
+    it_done = len(info["G"]) - 1
     if not stopped and np.sqrt(2 * G) > accept:
         raise FastProjectionDiverged(
             f"fast projection did not close the loop: the RMS mismatch at the wrap is still {np.sqrt(2 * G):.2g} "
-            f"(from {np.sqrt(2 * g0):.3g}) of the clip's median per-step change ({message})")
+            f"(from {np.sqrt(2 * g0):.3g}) of the clip's median per-step change ({message})",
+            best=q[:L] if it_done else None, nit=it_done)
     info.update(seconds=time.perf_counter() - t0, controls=controls,
                 final_G=G, converged=G <= rtol * g0, message=message)
     status = (CANCELLED if info["cancelled"] else CONVERGED if stopped else
               ITERATION_CAP if it >= max_iters else NO_PROGRESS)
-    return Result(x=q[:L], status=status, success=status == CONVERGED, nit=len(info["G"]) - 1,
+    return Result(x=q[:L], status=status, success=status == CONVERGED, nit=it_done,
                   history=[dict(phase="fast_projection", iteration=i, loss=g) for i, g in enumerate(info["G"])],
                   **info)
 

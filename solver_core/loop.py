@@ -12,8 +12,10 @@ from .residual import loss
 from .result import CANCELLED, CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, Result
 
 INITS = ("fast_projection", "forward", "crossfade")
-# When fast projection fails, Gauss–Newton runs this many iterations from the forward clip and from its
-# crossfade and goes on from the lower loss. Measured (loss after 10 / 30 iterations, forward vs crossfade):
+# When fast projection fails, Gauss–Newton runs this many iterations from the forward clip, from its
+# crossfade and from fast projection's best iterate, and goes on from the lowest loss (the third contender
+# on N bodies, seeds 1-10: 13 -> 14 of 30 seamless, 14 -> 11 at the cap; README, Convergence). Measured
+# (loss after 10 / 30 iterations, forward vs crossfade):
 # flag (scale 0.25) 238 vs 20.5 / 34.9 vs 5.42, swinging cloth 1,200 vs 323 / 105 vs 12.4, doughnut 4.4e4
 # vs 8.7e3, 4 and 5 bodies (seed 2) 1.6e4 vs 5.5e5 and 1.2e4 vs 4.1e5: the order at 10 holds at 30;
 # at 5 iterations it picked the wrong one on the swinging cloth.
@@ -56,17 +58,18 @@ class LoopResult(Result):
         return self.fast_projection_iterations + self.gauss_newton_iterations
 
 
-def _guesses(guesses, reason="", phase=None, seconds=0.0):
+def _guesses(guesses, reason="", phase=None):
     """The Result of the initial-guess phase: ``guesses`` and ``fallback_reason`` beside fast projection's
     status, nit, history and seconds (none when it did not run)."""
-    phase = phase or Result(status=CONVERGED, nit=0, history=[], seconds=seconds)
+    phase = phase or Result(status=CONVERGED, nit=0, history=[], seconds=0.0)
     return Result(x=next(iter(guesses.values())), guesses=guesses, fallback_reason=reason, status=phase.status,
                   success=phase.status == CONVERGED, nit=phase.nit, history=phase.history, seconds=phase.seconds)
 
 
 def _initial_guess(prob, init, callback):
-    """The initial guess as a Result whose ``guesses`` are {init used: q0 on the solver grid}: one, or the
-    two that Gauss–Newton races when fast projection failed (the reason in ``fallback_reason``)."""
+    """The initial guess as a Result whose ``guesses`` are {init used: q0 on the solver grid}: one, or those
+    Gauss–Newton races when fast projection failed (the reason in ``fallback_reason``): the forward clip,
+    its crossfade and fast projection's best iterate (when it lowered G)."""
     if not isinstance(init, str):
         q0 = np.asarray(init, dtype=float)
         if q0.shape[:1] == (prob.n_frames,) and prob.substeps > 1:
@@ -80,9 +83,12 @@ def _initial_guess(prob, init, callback):
             fp = fast_projection(prob, callback=callback)
             return _guesses({"fast_projection": fp.x}, phase=fp)
         except FastProjectionDiverged as exc:
-            seconds = time.perf_counter() - t0
+            phase = Result(status=NO_PROGRESS, nit=exc.nit, history=[], seconds=time.perf_counter() - t0)
             clip = simulate(prob)
-            return _guesses({"forward": clip, "crossfade": crossfade_loop(clip)}, str(exc), seconds=seconds)
+            guesses = {"forward": clip, "crossfade": crossfade_loop(clip)}
+            if exc.best is not None:
+                guesses["fast_projection"] = exc.best
+            return _guesses(guesses, str(exc), phase=phase)
     clip = simulate(prob)
     # The crossfade sits at the clip's middle frame at the wrap; the hard initial conditions are imposed on
     # it afterwards, like on any other guess.
@@ -93,7 +99,8 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
     """Solve the loop problem ``prob`` and return a LoopResult.
 
     ``init``: "fast_projection" (when it fails, the reason is in ``fallback_reason`` and Gauss–Newton
-    runs RACE_ITERATIONS from the forward clip and from its crossfade, and goes on from the better one), "forward", "crossfade", or an array (n_frames or
+    runs RACE_ITERATIONS from the forward clip, from its crossfade and from fast projection's best
+    iterate, and goes on from the lowest loss), "forward", "crossfade", or an array (n_frames or
     n_steps, n, 3). ``callback(info)`` gets phase, iteration and loss after every iteration and
     cancels when it ``halts`` (result.py): the best iterate so far is returned with ``cancelled=True``.
     Gauss–Newton stops when the loss, or the decrease its model still predicts, falls by less than

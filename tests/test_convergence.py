@@ -96,3 +96,23 @@ def test_seam_plot_tracks_the_most_moving_vertices(tmp_path):
     path = tmp_path / "seam.png"
     assert list(save_seam_plot(path, {"loop": q, "shifted": np.roll(q, 3, axis=0)}, 0.04)) == [1, 3, 2]
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table1_prints_each_scenes_row_before_the_next_scene_runs(monkeypatch, capsys):
+    from solver_core.scenes import bench_table1
+    metrics = dict(loss=1.0, velocity_jump=0.1, velocity_jump_ratio=1.2, position_jump_ratio=0.9, residual_rel_mean=0.5)
+    done = dict(name="flag", vertices=24, elements=28, frames=12, fp_it=8, gn_it=16, fp_s=1.0, gn_s=0.1, total=9.0,
+                forward_s=0.3, init="fast_projection", status=1, message="converged", metrics=dict(loop=metrics),
+                paper=(174, 300, 100, 24, 246, 5.6, 11.2))
+
+    def run_scene(name, *args):
+        if name != "flag":
+            raise KeyboardInterrupt                        # the run is stopped in the second scene
+        return done
+
+    monkeypatch.setattr(bench_table1, "run_scene", run_scene)
+    with pytest.raises(KeyboardInterrupt):
+        bench_table1.run_benchmark(["flag", "swinging_cloth"])
+    out = capsys.readouterr().out
+    assert bench_table1._performance(done)[0] in out and "\n".join(bench_table1._quality(done)) in out
+    assert "flag: converged" in out

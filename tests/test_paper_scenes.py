@@ -49,7 +49,8 @@ def test_twisting_bar_falls_back_by_itself():
     with pytest.raises(sc.FastProjectionDiverged):
         sc.fast_projection(scene.prob)
     res = sc.make_loop(scene.prob, max_iters=1)
-    assert res.init_used in ("forward", "crossfade") and res.fallback_reason
+    assert res.init_used in ("forward", "crossfade", "fast_projection") and res.fallback_reason
+    assert res.fast_projection_iterations > 0 and res.gauss_newton_iterations == 1
 
 
 def test_substeps_close_the_loop_on_the_substep_grid():

@@ -182,21 +182,23 @@ def test_fast_projection_closes_a_mild_loop():
     assert np.array_equal(q[0], prob.r0)
 
 
-def test_fast_projection_divergence_races_forward_and_crossfade():
-    prob = nbody_problem(5, seed=3, perturbation=0.02)
-    with pytest.raises(sc.FastProjectionDiverged):
+@pytest.mark.parametrize("n_bodies, seed, winner", [(5, 3, "forward"), (3, 9, "fast_projection")])
+def test_fast_projection_divergence_races_forward_crossfade_and_its_best_iterate(n_bodies, seed, winner):
+    prob = nbody_problem(n_bodies, seed=seed, perturbation=0.02)
+    with pytest.raises(sc.FastProjectionDiverged) as failed:
         sc.fast_projection(prob)
+    assert failed.value.nit > 0 and failed.value.best.shape == (prob.n_steps, prob.n_vertices, 3)
     res = sc.make_loop(prob, max_iters=5)
-    assert "fast projection" in res.fallback_reason
+    assert "fast projection" in res.fallback_reason and res.fast_projection_iterations == failed.value.nit
     clip = sc.simulate(prob)
     raced = {}
-    for name, q0 in (("forward", clip), ("crossfade", sc.crossfade_loop(clip))):
+    for name, q0 in (("forward", clip), ("crossfade", sc.crossfade_loop(clip)), ("fast_projection", failed.value.best)):
         gn = sc.GaussNewton(prob)
-        gn.run(q0, max_iters=5)
+        gn.run(prob.apply_constraints(q0), max_iters=5)
         raced[name] = gn.history[-1]["loss"]
         if name == res.init_used:
             np.testing.assert_allclose(res.initial_guess, prob.apply_constraints(q0))
-    assert res.init_used == min(raced, key=raced.get)
+    assert res.init_used == min(raced, key=raced.get) == winner
     assert res.final_loss == raced[res.init_used] and res.gauss_newton_iterations == 5
 
 

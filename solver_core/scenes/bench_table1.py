@@ -37,37 +37,51 @@ def run_scene(name, scale=1.0, max_iters=1000, backend="auto"):
                 metrics=rows, paper=scene.paper)
 
 
+_PERFORMANCE = (f"{'scene':<15}{'verts':>6}{'elems':>6}{'frames':>7}{'FP it':>7}{'GN it':>7}{'FP s/it':>9}"
+                f"{'GN s/it':>9}{'total s':>9}{'fwd s':>8}{'x fwd':>7}  init / status")
+_QUALITY = f"{'scene':<15}{'':<10}{'loss':>12}{'vel jump':>12}{'vel ratio':>11}{'pos ratio':>11}{'resid rel':>11}"
+
+
+def _performance(r):
+    """One scene's performance lines: ours, then the paper's."""
+    v, e, f, fpi, gni, fps, gns = r["paper"]
+    return [f"{r['name']:<15}{r['vertices']:>6}{r['elements']:>6}{r['frames']:>7}{_fmt(r['fp_it'], 'd'):>7}"
+            f"{r['gn_it']:>7}{_fmt(r['fp_s'], '.3f'):>9}{_fmt(r['gn_s'], '.3f'):>9}{r['total']:>9.1f}"
+            f"{r['forward_s']:>8.2f}{r['total'] / max(r['forward_s'], 1e-9):>7.1f}  {r['init']} / {r['status']}",
+            f"{'  paper':<15}{v:>6}{_fmt(e, 'd'):>6}{f:>7}{_fmt(fpi, 'd'):>7}{gni:>7}{_fmt(fps, '.1f'):>9}{gns:>9.1f}"]
+
+
+def _quality(r):
+    """One scene's quality lines: forward, crossfade, initial guess, loop."""
+    return [f"{r['name'] if k == 0 else '':<15}{label:<10}{m['loss']:>12.4g}{m['velocity_jump']:>12.3g}"
+            f"{m['velocity_jump_ratio']:>11.3g}{m['position_jump_ratio']:>11.3g}{m['residual_rel_mean']:>11.3g}"
+            for k, (label, m) in enumerate(r["metrics"].items())]
+
+
 def print_table(results):
     """Print performance (ours / paper) and quality tables."""
     print("Performance (ours above, paper below; s/it = seconds per iteration; fwd = one forward simulation)")
-    head = (f"{'scene':<15}{'verts':>6}{'elems':>6}{'frames':>7}{'FP it':>7}{'GN it':>7}{'FP s/it':>9}{'GN s/it':>9}"
-            f"{'total s':>9}{'fwd s':>8}{'x fwd':>7}  init / status")
-    print(head)
+    print(_PERFORMANCE)
     for r in results:
-        print(f"{r['name']:<15}{r['vertices']:>6}{r['elements']:>6}{r['frames']:>7}{_fmt(r['fp_it'], 'd'):>7}"
-              f"{r['gn_it']:>7}{_fmt(r['fp_s'], '.3f'):>9}{_fmt(r['gn_s'], '.3f'):>9}{r['total']:>9.1f}"
-              f"{r['forward_s']:>8.2f}{r['total'] / max(r['forward_s'], 1e-9):>7.1f}  {r['init']} / {r['status']}")
-        v, e, f, fpi, gni, fps, gns = r["paper"]
-        print(f"{'  paper':<15}{v:>6}{_fmt(e, 'd'):>6}{f:>7}{_fmt(fpi, 'd'):>7}{gni:>7}{_fmt(fps, '.1f'):>9}{gns:>9.1f}")
+        print("\n".join(_performance(r)))
     print()
     print("Quality: loss E[q], jumps at the wrap (velocity m/s) and their ratios to the median frame boundary")
-    print(f"{'scene':<15}{'':<10}{'loss':>12}{'vel jump':>12}{'vel ratio':>11}{'pos ratio':>11}{'resid rel':>11}")
+    print(_QUALITY)
     for r in results:
-        for k, (label, m) in enumerate(r["metrics"].items()):
-            print(f"{r['name'] if k == 0 else '':<15}{label:<10}{m['loss']:>12.4g}{m['velocity_jump']:>12.3g}"
-                  f"{m['velocity_jump_ratio']:>11.3g}{m['position_jump_ratio']:>11.3g}{m['residual_rel_mean']:>11.3g}")
+        print("\n".join(_quality(r)))
     print()
     for r in results:
         print(f"{r['name']}: {r['message']}")
 
 
 def run_benchmark(names=None, scale=1.0, max_iters=1000, backend="auto"):
-    """Run the scenes (default all) and print Table 1."""
+    """Run the scenes (default all), printing each scene's rows as it finishes, then Table 1."""
     results = []
+    print(_PERFORMANCE, _QUALITY, sep="\n", end="\n\n")
     for name in names or list(SCENES):
         r = run_scene(name, scale, max_iters, backend)
         print(f"  {name}: {r['total']:.1f} s ({r['total'] / max(r['forward_s'], 1e-9):.1f} forward simulations)",
-              flush=True)
+              *_performance(r)[:1], *_quality(r), f"{name}: {r['message']}", sep="\n", end="\n\n", flush=True)
         results.append(r)
     print_table(results)
     return results
