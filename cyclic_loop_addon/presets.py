@@ -49,12 +49,4 @@ class CYCLICLOOP_OT_preset(bpy.types.Operator):
 
 CLASSES = (CYCLICLOOP_OT_preset,)
 
-
-def register():
-    for cls in CLASSES:
-        bpy.utils.register_class(cls)
-
-
-def unregister():
-    for cls in reversed(CLASSES):
-        bpy.utils.unregister_class(cls)
+register, unregister = bpy.utils.register_classes_factory(CLASSES)

@@ -67,12 +67,18 @@ def _first():
 
 
 def register():
+    # Only with an interface: without one nobody selects, the message bus never notifies and timers never
+    # fire (and a timer or subscription left at exit hangs the bpy 4.5 module's exit).
+    if bpy.app.background:
+        return
     _subscribe()
     bpy.app.handlers.load_post.append(_after_load)
     bpy.app.timers.register(_first, first_interval=0.0)     # the open file's active object (no data access here)
 
 
 def unregister():
+    if bpy.app.background:
+        return
     if bpy.app.timers.is_registered(_first):
         bpy.app.timers.unregister(_first)
     bpy.app.handlers.load_post.remove(_after_load)

@@ -68,13 +68,18 @@ def _draw_settings(layout, obj, settings):
     layout.operator(operators.CYCLICLOOP_OT_physics_defaults.bl_idname, icon="PHYSICS")
 
 
-class VIEW3D_PT_cyclic_loop(bpy.types.Panel):
-    """Make Loop, its progress while it runs, why it cannot run, the settings of the active object."""
+class _LoopTab:
+    """Where the panels live: the Loop tab of the 3D viewport's sidebar."""
 
-    bl_label = "Cyclic Loop"
     bl_space_type = "VIEW_3D"
     bl_region_type = "UI"
     bl_category = "Loop"
+
+
+class VIEW3D_PT_cyclic_loop(_LoopTab, bpy.types.Panel):
+    """Make Loop, its progress while it runs, why it cannot run, the settings of the active object."""
+
+    bl_label = "Cyclic Loop"
 
     def draw(self, context):
         layout = self.layout
@@ -103,13 +108,10 @@ class VIEW3D_PT_cyclic_loop(bpy.types.Panel):
         settings_box.operator(farm_operator.CYCLICLOOP_OT_bake_on_farm.bl_idname, icon="NETWORK_DRIVE")
 
 
-class VIEW3D_PT_cyclic_loop_solver(bpy.types.Panel):
+class VIEW3D_PT_cyclic_loop_solver(_LoopTab, bpy.types.Panel):
     """The solver's own settings, closed by default."""
 
     bl_label = "Solver (advanced)"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Loop"
     bl_parent_id = "VIEW3D_PT_cyclic_loop"
     bl_options = {"DEFAULT_CLOSED"}
 
@@ -134,13 +136,10 @@ class VIEW3D_PT_cyclic_loop_solver(bpy.types.Panel):
         col.prop(settings, "substeps")
 
 
-class VIEW3D_PT_cyclic_loop_result(bpy.types.Panel):
+class VIEW3D_PT_cyclic_loop_result(_LoopTab, bpy.types.Panel):
     """The last run: verdicts, loop range with jumps to its ends, seam picture, notes, figures."""
 
     bl_label = "Last Run"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Loop"
     bl_parent_id = "VIEW3D_PT_cyclic_loop"
 
     @classmethod

@@ -246,6 +246,7 @@ def steps():
         yield
     deadline = time.monotonic() + TIMEOUT
     ticks, draws_from, probe = [], len(state["draw_times"]), GilProbe()
+    pending = None          # (screenshot name, panel draws when its phase was seen)
     probe.start()
     while run.running and time.monotonic() < deadline:
         ticks.append(time.monotonic())
@@ -258,15 +259,30 @@ def steps():
             with bpy.context.temp_override(window=window, area=area, region=region):
                 result["second_make_loop"] = sorted(bpy.ops.cyclic_loop.make_loop("INVOKE_DEFAULT"))
         shot = PHASE_SHOTS.get(run.phase)
-        if run.running and shot and shot not in result["screenshots"] and (
-                run.phase != "gauss_newton" or run.time_text.endswith(" left")):
-            with bpy.context.temp_override(window=window, area=area):    # draw this phase now: the
-                bpy.ops.wm.redraw_timer(type="DRAW_WIN_SWAP", iterations=1)  # screenshot shows the last drawn
-            screenshot(shot)
-            if run.phase == "gauss_newton":
+        if pending and state["panel_draws"] > pending[1]:   # the phase has been drawn since: shoot it
+            screenshot(pending[0])
+            if pending[0] == "panel_optimizing":
                 screenshot("window_optimizing", whole_window=True)
+            pending = None
             ticks.append(None)      # the screenshot's own wait is not a stall of the window
+        elif run.running and not pending and shot and shot not in result["screenshots"] and (
+                run.phase != "gauss_newton" or run.time_text.endswith(" left")):
+            # The screenshot shows what was last drawn. While the solve's thread runs: ask for a redraw and
+            # shoot after it (Blender's wm.redraw_timer draws at once; Blender 3.4 crashed once in five runs
+            # while it did so beside the solve's Python thread). Reading the scene (before that thread starts)
+            # and writing (one tick of the operator, after it ended) are too short to wait for: drawn at once.
+            if run.phase in ("gather", "write"):
+                with bpy.context.temp_override(window=window, area=area):
+                    bpy.ops.wm.redraw_timer(type="DRAW_WIN_SWAP", iterations=1)
+                screenshot(shot)
+                ticks.append(None)
+            else:
+                pending = (shot, state["panel_draws"])
+                for each in window.screen.areas:
+                    each.tag_redraw()
         yield
+    if pending:                 # the run ended before its last phase was drawn: shoot what is shown
+        screenshot(pending[0])
     probe.stop.set()
     probe.join()
     sample(run, "run2")

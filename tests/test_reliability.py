@@ -20,7 +20,7 @@ from full_disk import run_on_tmpfs
 
 import bmesh  # noqa: E402  (importable once bpy is)
 
-from cyclic_loop_addon import bake, files, operators, scene_io, writeback  # noqa: E402
+from cyclic_loop_addon import bake, files, operators, scene_io, targets, writeback  # noqa: E402
 from cyclic_loop_addon.errors import LoopInputError  # noqa: E402
 
 BAKE = os.path.join(ROOT, "cyclic_loop_addon", "bake.py")
@@ -315,17 +315,17 @@ def test_an_unexpected_error_is_status_3_with_a_traceback_only_on_request(tmp_pa
 def _gathered_flag(tmp_path):
     open_sample("flag", tmp_path)
     gathered = scene_io.gather(settings("flag", frame_start=49, frame_end=60, substeps=1))
-    operators.remember(bpy.context.scene, operators.TARGETS, [bpy.data.objects["Flag"]])
+    targets.remember(bpy.context.scene, targets.TARGETS, [bpy.data.objects["Flag"]])
     return gathered
 
 
 def test_a_renamed_object_gets_the_loop_and_restore_finds_it(tmp_path):
     gathered = _gathered_flag(tmp_path)
     bpy.data.objects["Flag"].name = "Banner"
-    objects = operators.target_objects(bpy.context.scene, gathered)
+    objects = targets.target_objects(bpy.context.scene, gathered)
     assert [ob.name for ob in objects] == gathered.object_names == ["Banner"]
     writeback.write_back(gathered, gathered.source)
-    operators.remember(bpy.context.scene, operators.LOOPED, objects)
+    targets.remember(bpy.context.scene, targets.LOOPED, objects)
     objects[0].name = "Pennant"
     found = operators.CYCLICLOOP_OT_restore._object(bpy.context)
     assert found == bpy.data.objects["Pennant"] and writeback.MARKER in found
@@ -342,7 +342,7 @@ def test_changes_during_a_solve_are_caught_at_write_back(tmp_path, change, messa
     gathered = _gathered_flag(tmp_path)
     change(bpy.data.objects["Flag"])
     with pytest.raises(LoopInputError, match=message):
-        operators.target_objects(bpy.context.scene, gathered)
+        targets.target_objects(bpy.context.scene, gathered)
     if bpy.context.object and bpy.context.object.mode == "EDIT":
         bpy.ops.object.mode_set(mode="OBJECT")
     assert all(writeback.MARKER not in ob for ob in bpy.data.objects)
