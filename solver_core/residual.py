@@ -97,8 +97,11 @@ class ResidualJacobian:
         self._entries = {o: np.unique(np.concatenate([diagonal] + [r * dof + c for p, r, c in self._parts if p == o]))
                          for o in self._diagonals}
         self._diagonal_slots = {o: np.searchsorted(keys, diagonal) for o, keys in self._entries.items()}
-        self._sums = [sp.csr_matrix((np.ones(r.size), (np.arange(r.size), np.searchsorted(self._entries[o], r * dof + c))),
-                                    shape=(r.size, self._entries[o].size)) for o, r, c in self._parts]
+        self._sums = []
+        for o, r, c in self._parts:
+            slots = np.searchsorted(self._entries[o], r * dof + c)
+            self._sums.append(sp.csr_matrix((np.ones(r.size), (np.arange(r.size), slots)),
+                                            shape=(r.size, self._entries[o].size)))
         j = np.arange(n_steps)[:, None]
         rows = np.concatenate([(j * dof + k // dof).ravel() for k in self._entries.values()])
         cols = np.concatenate([(((j + o) % n_steps) * dof + k % dof).ravel() for o, k in self._entries.items()])
