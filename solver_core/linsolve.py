@@ -63,10 +63,8 @@ class DirectBackend:
         residual at q, computed when not given)."""
         J = self.jac.assemble(q)
         u = self.jac.active_rows(residual_steps(self.prob, q) if u is None else u)
-        w = self.jac.row_weights
-        g = J.T @ (w * u)
-        WJ = sp.diags(np.sqrt(w)) @ J
-        H = (WJ.T @ WJ).tocsc()
+        g = J.T @ (self.jac.row_weights * u)
+        H = self.jac.normal_matrix(J)
         pg, pdiag = _penalty_gradient_and_diagonal(self.prob, q, self.jac.free_flat)
         if np.any(pdiag):
             H = H + sp.diags(pdiag, format="csc")

@@ -71,8 +71,11 @@ def inertia_metric(prob):
 class ResidualJacobian:
     """Assembles J = du/dq restricted to free unknowns and non-pinned rows, with a fixed sparsity pattern.
 
-    The pattern and the map from (time-stencil, force-Jacobian) entries to CSR slots are computed once;
-    each ``assemble(q)`` only evaluates the force Jacobian for all steps and sums values into slots.
+    Computed once: per time offset o, the distinct spatial entries of du_j/dq_{j+o} (the inertia and drag
+    diagonal and the model's parts, whose patterns repeat entries) with a sparse 0/1 matrix summing each
+    part's values onto them, and the CSR slot of every (step, offset, entry). Each ``assemble(q)``
+    evaluates the force Jacobians of all steps, sums them per offset (one sparse product per part) and
+    scatters the sums into J's slots.
     """
 
     def __init__(self, prob):
@@ -88,37 +91,54 @@ class ResidualJacobian:
         row_of = np.full(n_steps * dof, -1, dtype=np.int64)
         row_of[self.row_flat] = np.arange(self.row_flat.size)
 
-        j = np.arange(n_steps)[:, None]
-        a = np.arange(dof)[None, :]
         self._diagonals = scheme.diagonals(prob)
-        rows, cols = [], []
-        for o in self._diagonals:
-            rows.append(np.broadcast_to(j * dof + a, (n_steps, dof)).ravel())
-            cols.append((((j + o) % n_steps) * dof + a).ravel())
-        for o, prows, pcols in scheme.derivative_pattern(prob):
-            rows.append((j * dof + prows[None, :]).ravel())
-            cols.append((((j + o) % n_steps) * dof + pcols[None, :]).ravel())
-        rows, cols = np.concatenate(rows), np.concatenate(cols)
+        self._parts = scheme.derivative_pattern(prob)   # at offsets among the diagonals' (-1, 0, 1)
+        diagonal = np.arange(dof) * (dof + 1)
+        self._entries = {o: np.unique(np.concatenate([diagonal] + [r * dof + c for p, r, c in self._parts if p == o]))
+                         for o in self._diagonals}
+        self._diagonal_slots = {o: np.searchsorted(keys, diagonal) for o, keys in self._entries.items()}
+        self._sums = []
+        for o, r, c in self._parts:
+            slots = np.searchsorted(self._entries[o], r * dof + c)
+            self._sums.append(sp.csr_matrix((np.ones(r.size), (np.arange(r.size), slots)),
+                                            shape=(r.size, self._entries[o].size)))
+        j = np.arange(n_steps)[:, None]
+        rows = np.concatenate([(j * dof + k // dof).ravel() for k in self._entries.values()])
+        cols = np.concatenate([(((j + o) % n_steps) * dof + k % dof).ravel() for o, k in self._entries.items()])
         r, c = row_of[rows], col_of[cols]
-        self._keep = (r >= 0) & (c >= 0)
-        keys = r[self._keep] * self.free_flat.size + c[self._keep]
-        uniq, self._slot = np.unique(keys, return_inverse=True)
+        keep = (r >= 0) & (c >= 0)
         self.shape = (self.row_flat.size, self.free_flat.size)
-        self._indices = (uniq % self.free_flat.size).astype(np.int32)
-        counts = np.bincount(uniq // self.free_flat.size, minlength=self.shape[0])
-        self._indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        uniq, slot = np.unique(r[keep] * self.shape[1] + c[keep], return_inverse=True)
         self._nnz = uniq.size
+        self._slot = np.full(keep.size, self._nnz, dtype=np.int64)   # dropped entries go to one extra slot
+        self._slot[keep] = slot
+        self._indices = (uniq % self.shape[1]).astype(np.int32)
+        counts = np.bincount(uniq // self.shape[1], minlength=self.shape[0])
+        self._indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         self.row_weights = (prob.h / np.repeat(model.mass, 3))[self.row_flat % dof]
-        self._stencil = np.concatenate([np.tile(c, n_steps) for c in self._diagonals.values()])
+        self._entry_roots = np.sqrt(self.row_weights)[np.repeat(np.arange(self.shape[0]), counts)]
 
     def assemble(self, q):
         """Sparse CSR J (active rows x free unknowns) at trajectory q (n_steps, n, 3)."""
         prob = self.prob
-        parts = scheme.derivative_values(prob, np.roll(q, 1, axis=0), q, np.roll(q, -1, axis=0),
-                                         np.arange(prob.n_steps))
-        values = np.concatenate([self._stencil] + [p.ravel() for p in parts])[self._keep]
-        data = np.bincount(self._slot, weights=values, minlength=self._nnz)
+        values = scheme.derivative_values(prob, np.roll(q, 1, axis=0), q, np.roll(q, -1, axis=0),
+                                          np.arange(prob.n_steps))
+        summed = {o: np.zeros((prob.n_steps, keys.size)) for o, keys in self._entries.items()}
+        for (o, _, _), part, matrix in zip(self._parts, values, self._sums):
+            summed[o] += part @ matrix
+        for o, coefficients in self._diagonals.items():
+            summed[o][:, self._diagonal_slots[o]] += coefficients
+        flat = np.concatenate([part.ravel() for part in summed.values()])
+        data = np.bincount(self._slot, weights=flat, minlength=self._nnz + 1)[:self._nnz]
         return sp.csr_matrix((data, self._indices, self._indptr), shape=self.shape)
+
+    def normal_matrix(self, J):
+        """J^T diag(row_weights) J (CSC, sorted indices) of an assembled J, multiplied in 3 x 3 blocks (a vertex's
+        coordinates are free or fixed together)."""
+        WJ = sp.csr_matrix((J.data * self._entry_roots, J.indices, J.indptr), shape=J.shape).tobsr(blocksize=(3, 3))
+        H = (WJ.T @ WJ).tocsr()
+        H.sort_indices()
+        return sp.csc_matrix((H.data, H.indices, H.indptr), shape=H.shape)  # symmetric: its CSR arrays are its CSC's
 
     def active_rows(self, u):
         """The active entries of a residual array, in row order of J."""

@@ -9,7 +9,8 @@ import pytest
 import solver_core as sc
 from derivatives import assert_jacobian_matches
 from solver_core.forward import mismatch, mismatch_gradient
-from solver_core.residual import ResidualJacobian, residual_steps
+from solver_core import scheme
+from solver_core.residual import ResidualJacobian, penalty_terms, residual_steps
 from solver_core.scenes.nbody import nbody_problem
 
 
@@ -100,6 +101,48 @@ def test_residual_jacobian_matches_finite_differences(kwargs):
         down = jac.active_rows(residual_steps(prob, q - dq.reshape(q.shape)))
         fd[:, c] = (up - down) / (2 * eps)
     assert np.abs(J - fd).max() < 1e-6 * np.abs(J).max()
+
+
+def dense_system(prob, q):
+    """(H, g) of the Gauss–Newton system assembled densely, one step and one derivative part at a time."""
+    n_steps, dof = prob.n_steps, 3 * prob.n_vertices
+    J = np.zeros((n_steps * dof, n_steps * dof))
+    for j in range(n_steps):
+        for o, coefficients in scheme.diagonals(prob).items():
+            k = (j + o) % n_steps
+            J[j * dof:(j + 1) * dof, k * dof:(k + 1) * dof] += np.diag(coefficients)
+        values = scheme.derivative_values(prob, q[j - 1][None], q[j][None], q[(j + 1) % n_steps][None], [j])
+        for (o, prows, pcols), part in zip(scheme.derivative_pattern(prob), values):
+            np.add.at(J, (j * dof + prows, (j + o) % n_steps * dof + pcols), part[0])
+    active = np.tile(np.repeat(prob.free_vertices(), 3), n_steps)
+    free = prob.free_mask().ravel()
+    w = np.tile(np.repeat(prob.h / prob.model.mass, 3), n_steps)[active]
+    J = J[active][:, free]
+    H, g = J.T @ (w[:, None] * J), J.T @ (w * residual_steps(prob, q).ravel()[active])
+    grad, diag = np.zeros(q.shape), np.zeros(q.shape)
+    for weight, j, target in penalty_terms(prob, q):
+        grad[j] += weight[:, None] * (q[j] - target)
+        diag[j] += weight[:, None]
+    return H + np.diag(diag.ravel()[free]), g + grad.ravel()[free]
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(scheme="backward", pins=[0, 3], damping=0.2, eps=1e-3),
+    dict(scheme="symplectic", substeps=2, eps=1e-2),
+    dict(scheme="linearized", pins=[1], damping=[0.1, 0.2, 0.0, 0.3], n_frames=4),
+    dict(cloth=True, scheme="linearized"), dict(cloth=True, scheme="backward", eps=1e-3),
+])
+def test_gauss_newton_system_equals_a_dense_assembly(kwargs):
+    kwargs = dict(kwargs)
+    prob = small_cloth_problem(**kwargs) if kwargs.pop("cloth", False) else small_problem(**kwargs)
+    rng = np.random.default_rng(5)
+    q = prob.apply_constraints(prob.steps_of(np.repeat(prob.r0[None], prob.n_frames, 0))
+                               + 0.05 * rng.normal(size=(prob.n_steps, prob.n_vertices, 3)))
+    H, g = sc.GaussNewton(prob, backend="scipy").system(q)
+    H_ref, g_ref = dense_system(prob, q)
+    np.testing.assert_allclose(H.toarray(), H_ref, rtol=0, atol=1e-13 * np.abs(H_ref).max())
+    np.testing.assert_allclose(g, g_ref, rtol=0, atol=1e-13 * np.abs(g_ref).max())
+    assert H.format == "csc" and H.has_sorted_indices
 
 
 def test_gauss_newton_gradient_is_the_loss_gradient():
