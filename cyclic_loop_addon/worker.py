@@ -88,10 +88,6 @@ class SolveJob:
                 self._child.terminate()
 
     @property
-    def cancel_requested(self):
-        return self._cancel.is_set()
-
-    @property
     def done(self):
         return self._finished.is_set()
 
