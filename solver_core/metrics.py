@@ -28,10 +28,11 @@ def loop_metrics(prob, q):
     """Metrics of a loop q on the solver grid (n_steps, n, 3):
 
     position_jump, velocity_jump (at the wrap, absolute) and *_ratio (wrap / median over all
-    boundaries: ~1 for a seamless loop); residual_rel_mean / residual_rel_max (per step |u_j| over the
+    boundaries: ~1 for a seamless loop), measured on the frames the loop plays (``prob.frames_of``): with
+    sub-steps, the boundaries inside a frame are never seen, and a clip interpolated to sub-steps has none; residual_rel_mean / residual_rel_max (per step |u_j| over the
     applied force |F(q_j)|, floored at 1e-3 of its maximum over the loop); loss (E[q], no penalties)."""
     q = prob.check_trajectory(q)
-    pos, vel = seam_statistics(q, prob.h)
+    pos, vel = seam_statistics(prob.frames_of(q), prob.dt)
     u = residual_steps(prob, q)
     free = prob.free_vertices()
     k, t = force_steps(prob)
