@@ -15,6 +15,10 @@ _MAX_DAMPING_RAISES = 12  # trust-region shrinks (damping raises) per iteration 
 # cloth (12 frames) converged in 149 vs 285 iterations, the flag (scale 0.25) reached 12.9 vs 13.4 in 60
 # iterations, 3-body loops from fast projection took 10-11 vs 4 iterations.
 _DAMPING0, _DAMPING_MIN, _DAMPING_OFF = 1e-3, 1e-4, 1e-6
+# An undamped step that is rejected restarts the damping from the value it was switched off at, not from
+# _DAMPING_MIN: on N bodies (4 and 5 bodies, seeds 1-10) the undamped step failed every fifth iteration
+# and the restart at 1e-4 (80x the damping that had just worked) cost four iterations of tiny steps each
+# time: Gauss–Newton iterations 2,582 -> 1,836, seamless loops 4 -> 5, no final loss higher.
 _ACCEPT = 1e-4            # a step is taken when the loss falls by this fraction of the model's prediction
 _FAILED_RAISES = 1        # an inexact direction whose first step was rejected counts as failed
 # "auto" uses the structured solve from this many free unknowns on. Measured (time to CHOLMOD's loss after
@@ -124,6 +128,7 @@ class GaussNewton:
         self.cancelled = False
         t0 = time.perf_counter()
         lam, grow = _DAMPING0, 2.0
+        restart = _DAMPING_MIN   # the damping after a rejected undamped step
         for it in range(1, max_iters + 1):
             g = self.backend.linearize(q, residual_steps(prob, q))
             solve, apply_h = self.backend.direction, self.backend.apply
@@ -137,11 +142,12 @@ class GaussNewton:
                 if rho > _ACCEPT:
                     accepted = (trial, value)
                     lam, grow = lam * max(1 / 3, 1 - (2 * rho - 1) ** 3), 2.0
-                    lam = 0.0 if lam < _DAMPING_OFF else lam
+                    if lam < _DAMPING_OFF:
+                        restart, lam = (lam or restart), 0.0
                     break
                 if 0 <= predicted <= tol * current:   # the model itself has nothing left to gain
                     break
-                lam, grow = max(lam * grow, _DAMPING_MIN), 2 * grow
+                lam, grow = max(lam * grow, _DAMPING_MIN if lam else restart), 2 * grow
             if accepted is None:
                 if self._recover(it, switch=True):
                     lam, grow = _DAMPING0, 2.0

@@ -44,6 +44,24 @@ def test_tangent_and_adjoint_sweeps_match_finite_differences(name):
         < 1e-10 * np.abs(s).sum() * np.abs(dq).max()
 
 
+def test_dense_and_sparse_linearizations_agree(monkeypatch):
+    # small systems keep their couplings dense (forward._DENSE_DOFS); the sweeps must not change
+    import solver_core.forward as forward
+    prob = PROBLEMS["nbody symplectic"]()
+    L = prob.n_steps
+    rng = np.random.default_rng(10)
+    u, du = _controls(prob, rng, 0.1), _controls(prob, rng, 1.0)
+    s, last = rng.normal(size=(L + 2, prob.n_vertices, 3)), rng.normal(size=(2, prob.n_vertices, 3, 4))
+    sweeps = []
+    for dense in (64, 0):
+        monkeypatch.setattr(forward, "_DENSE_DOFS", dense)
+        q, lin = sc.simulate(prob, L + 2, u, keep_factors=True)
+        sweeps.append((lin.tangent(du), lin.adjoint(s), lin.gram(last, prob.model.mass)))
+        assert isinstance(lin._A[1], np.ndarray) == (dense > 0)
+    for a, b in zip(*sweeps):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * np.abs(b).max())
+
+
 def test_closure_jacobian_and_its_transpose_match_finite_differences():
     prob = small_cloth_problem(scheme="linearized")
     L = prob.n_steps

@@ -14,6 +14,8 @@ class NBodyGravity(ForceTerm):
         if self.G < 0 or self.softening < 0:
             raise ValueError("G and softening must be non-negative")
         n = self.n_vertices = self.masses.size
+        self._self = np.eye(n, dtype=bool)
+        self._gmm = self.G * self.masses[:, None] * self.masses[None, :] * (1.0 - np.eye(n))
         # Dense 3x3 blocks for every ordered pair (i, k), diagonal blocks included.
         i, k, a, b = np.meshgrid(np.arange(n), np.arange(n), np.arange(3), np.arange(3), indexing="ij")
         self._rows = (3 * i + a).ravel()
@@ -22,14 +24,12 @@ class NBodyGravity(ForceTerm):
     def _pair_terms(self, q):
         d = q[:, None, :, :] - q[:, :, None, :]              # d[b, i, k] = q_k - q_i
         r2 = np.einsum("bikx,bikx->bik", d, d) + self.softening ** 2
-        n = self.n_vertices
-        r2 = np.where(np.eye(n, dtype=bool), 1.0, r2)       # no self-interaction
-        gmm = self.G * self.masses[:, None] * self.masses[None, :] * (1.0 - np.eye(n))
-        return d, r2, gmm
+        r2[:, self._self] = 1.0                              # no self-interaction
+        return d, r2, self._gmm
 
     def forces(self, q, t=None):
         d, r2, gmm = self._pair_terms(q)
-        coef = gmm / r2 ** 1.5
+        coef = gmm / (r2 * np.sqrt(r2))
         return np.einsum("bik,bikx->bix", coef, d)
 
     def jacobian_pattern(self):
@@ -37,14 +37,13 @@ class NBodyGravity(ForceTerm):
 
     def jacobian_values(self, q, t=None):
         d, r2, gmm = self._pair_terms(q)
-        eye = np.eye(3)
         # A_ik = dF_i/dq_k = G m_i m_k (I / r^3 - 3 d d^T / r^5) for k != i.
-        blocks = (gmm / r2 ** 1.5)[..., None, None] * eye - 3.0 * (gmm / r2 ** 2.5)[..., None, None] * (
-            d[..., :, None] * d[..., None, :])
+        c1 = gmm / (r2 * np.sqrt(r2))
+        blocks = (-3.0 * c1 / r2)[..., None, None] * d[..., :, None] * d[..., None, :]
+        blocks[..., np.arange(3), np.arange(3)] += c1[..., None]
         n = self.n_vertices
-        diag = -blocks.sum(axis=2)                             # dF_i/dq_i = -sum_k A_ik
         idx = np.arange(n)
-        blocks[:, idx, idx] = diag
+        blocks[:, idx, idx] = -blocks.sum(axis=2)              # dF_i/dq_i = -sum_k A_ik (A_ii is zero here)
         return blocks.reshape(q.shape[0], -1)
 
 

@@ -44,10 +44,12 @@ def run_demo(out_dir, n_bodies=5, seed=1):
           f"{' (' + res.fallback_reason + ')' if res.fallback_reason else ''}, "
           f"{res.fast_projection_iterations} fast-projection + {res.gauss_newton_iterations} Gauss-Newton "
           f"iterations, {res.seconds:.2f} s")
+    print(res.message)
     print(format_table(rows))
     png = os.path.join(out_dir, "nbody_loop.png")
     plot_trajectories(png, simulate(prob), res.q, f"{n_bodies} bodies, {prob.n_frames} frames")
     with open(os.path.join(out_dir, "nbody_report.json"), "w") as f:
-        json.dump(dict(init_used=res.init_used, seconds=res.seconds, metrics=rows), f, indent=2)
+        json.dump(dict(init_used=res.init_used, seconds=res.seconds, status=res.status, message=res.message,
+                       metrics=rows), f, indent=2)
     print(f"plot: {png}")
     return rows
