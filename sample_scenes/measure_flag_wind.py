@@ -63,7 +63,8 @@ def relative_residual(model, q, h, free, explicit_angular):
     for term in model.terms:
         if not (explicit_angular and isinstance(term, BlenderAngularTerm)):
             rows, cols = term.jacobian_pattern()
-            u -= pattern_product(rows, cols, term.jacobian_values(here, t), nxt - here, 3 * model.n_vertices).reshape(u.shape)
+            step = pattern_product(rows, cols, term.jacobian_values(here, t), nxt - here, 3 * model.n_vertices)
+            u -= step.reshape(u.shape)
     for term in model.velocity_terms:
         explicit = explicit_angular and isinstance(term, BlenderAngularDampingTerm)
         u -= term.forces(here, v_here if explicit else v_next, t)
