@@ -249,6 +249,12 @@ def _winds(scene, weights, notes):
     return winds
 
 
+def _wind_flow(winds, weights):
+    """The winds' summed Flow as Blender's cloth feels it (times the effector weights): how much of the
+    cloth's own velocity its wind subtracts."""
+    return float(sum(ob.field.flow for ob in winds)) * weights.wind * weights.all
+
+
 def _wind_vector(ob, depsgraph, weights):
     ev = ob.evaluated_get(depsgraph)
     axis = np.array(ev.matrix_world)[:3, 2]
@@ -397,7 +403,7 @@ def _gather_mesh(obj, frames, settings, context):
         model=model, physics={key: getattr(physics, key) for key in keys}, rest=rest, faces=faces, tris=tris,
         edges=edges, source=source, fps=_fps(scene), frame_step=step, gravity=_gravity(scene, weights), wind=wind,
         colliders=collider_records, collision_distance=mod.collision_settings.distance_min if cloth else 0.0,
-        pins=pins))
+        pins=pins, wind_flow=_wind_flow(winds, weights)))
     problem = _problem(parts, settings, model)
     _check_periodic_transform(obj, matrices, frames, step, context, notes)
     return Gathered(problem=problem, kind="mesh", model_name=model, object_names=[obj.name], frames=frames,

@@ -1,4 +1,4 @@
-"""Seconds of the direct solve's Gauss–Newton system (J, J^T B J and the gradient) on the README's main job.
+"""Seconds of the direct solve's Gauss–Newton system (J, J^T B J and the gradient) on the flag, frames 49-72.
 
     .venv/bin/python sample_scenes/measure_assembly.py [--repeat 3] [--checkout DIR]
 

@@ -1,4 +1,4 @@
-"""Coarse-to-fine against solving on the sub-step grid directly, on the README's main job (bpy module).
+"""Coarse-to-fine against solving on the sub-step grid directly, on the flag's frames 49-72 (bpy module).
 
     .venv/bin/python sample_scenes/measure_coarse_to_fine.py [--iterations K]
 

@@ -18,7 +18,7 @@ from .verdict import verdict, verdict_lines, details as verdict_details
 from .io import save_problem, load_problem, save_result, load_result
 from .models.cloth import Cloth, MembraneTerm, BendingTerm
 from .models.blender_cloth import BlenderCloth
-from .models.external import Gravity, Wind
+from .models.external import Gravity, Wind, WindFlow
 from .models.softbody import SoftBody, ElasticTetTerm
 from .models.contact import FloorContact, SphereContact, MeshContact
 from . import tetmesh

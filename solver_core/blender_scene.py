@@ -14,7 +14,7 @@ from . import tetmesh
 from .models.blender_settings import blender_cloth_problem_parts, blender_gravity, blender_soft_body_problem_parts
 from .models.cloth import Cloth
 from .models.contact import MeshContact
-from .models.external import Gravity, Wind
+from .models.external import Gravity, Wind, WindFlow
 from .models.nbody import NBody
 from .problem import LoopProblem
 
@@ -42,7 +42,9 @@ class MeshScene:
     second; ``frame_step``: scene frames between two cached frames. ``gravity``: the scene's gravity times
     the modifier's effector weight (m/s^2; zero when the scene has none). ``wind``: (N, 3) the wind fields'
     summed strength vectors per frame, or None. ``collision_distance``: the cloth's minimum distance, added
-    to each collider's thickness. ``pins``: the hard-pinned vertex indices.
+    to each collider's thickness. ``pins``: the hard-pinned vertex indices. ``wind_flow``: the wind fields'
+    summed Flow (times the modifier's effector weights): Blender's cloth feels the wind relative to its own
+    velocity times this (Blender cloth only).
     """
     model: str
     physics: dict
@@ -58,6 +60,7 @@ class MeshScene:
     colliders: list = field(default_factory=list)
     collision_distance: float = 0.0
     pins: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    wind_flow: float = 0.0
 
 
 @dataclass
@@ -124,19 +127,23 @@ def contact_terms(colliders, n, mass, gravity, extra_thickness=0.0, vertices=Non
 
 def _cloth(scene):
     """Blender's cloth springs or the thin-shell cloth. Blender's cloth runs in its own time unit; its
-    forces, gravity and face wind (BLENDER_WIND_SCALE x area x pressure) are turned into seconds by the
-    factor fps^2 (``blender_cloth_problem_parts``)."""
+    forces, gravity and face wind are turned into seconds by the factor fps^2 (``blender_cloth_problem_parts``).
+    Its face wind is BLENDER_WIND_SCALE x area x the normal pressure of the wind per frame, strength / fps
+    (``do_physical_effector`` divides a wind field's force by the scene's frame rate), minus Flow x the
+    cloth's velocity per frame (``WindFlow``): coefficient BLENDER_WIND_SCALE x fps in seconds."""
     n, fps, step = len(scene.rest), scene.fps, scene.frame_step
+    terms = []
     if scene.model == "blender_cloth":
         built, dt, substeps = blender_cloth_problem_parts(scene.rest, scene.faces, scene.physics, fps, step,
                                                           scene.gravity)
-        gravity, coefficient = blender_gravity(scene.gravity, fps), BLENDER_WIND_SCALE * fps ** 2
+        gravity, coefficient = blender_gravity(scene.gravity, fps), BLENDER_WIND_SCALE * fps
+        if scene.wind is not None and scene.wind_flow > 0:
+            terms.append(WindFlow(n, scene.tris, coefficient * scene.wind_flow))
     else:
         built = Cloth.cotton(scene.rest, scene.tris)
         built = built.add(Gravity(built.mass, scene.gravity))
         gravity, coefficient = scene.gravity, 1.0
         dt, substeps = step / fps, step * max(int(scene.physics["quality"]), 1)
-    terms = []
     if scene.wind is not None:
         wind = scene.wind
         terms.append(Wind(n, scene.tris, wind[0] if np.ptp(wind, axis=0).max() < 1e-12 else wind, coefficient))

@@ -75,7 +75,8 @@ def test_the_thin_shell_feels_the_scenes_gravity_unscaled():
     np.testing.assert_allclose(gravity.weight, parts.model.mass[:, None] * G)
 
 
-@pytest.mark.parametrize("model, coefficient", [("blender_cloth", BLENDER_WIND_SCALE * FPS ** 2), ("shell", 1.0)])
+# Blender's cloth: BLENDER_WIND_SCALE x fps^2 (its time unit in seconds) x the wind per frame, strength / fps
+@pytest.mark.parametrize("model, coefficient", [("blender_cloth", BLENDER_WIND_SCALE * FPS), ("shell", 1.0)])
 def test_a_steady_wind_is_one_vector_and_a_changing_wind_one_per_frame(model, coefficient):
     steady = np.tile([0.0, 2.0, 0.0], (N, 1))
     (wind,) = terms_of(sc.mesh_parts(cloth_scene(model=model, wind=steady)).model, Wind)
@@ -84,6 +85,16 @@ def test_a_steady_wind_is_one_vector_and_a_changing_wind_one_per_frame(model, co
     gusts = steady * (1 + np.arange(N))[:, None]
     (wind,) = terms_of(sc.mesh_parts(cloth_scene(model=model, wind=gusts)).model, Wind)
     np.testing.assert_array_equal(wind.wind, gusts)
+
+
+def test_the_winds_flow_damps_blender_cloth_across_its_triangles_and_only_blender_cloth():
+    steady = np.tile([0.0, 2.0, 0.0], (N, 1))
+    model = sc.mesh_parts(cloth_scene(wind=steady, wind_flow=0.5)).model
+    (flow,) = [term for term in model.velocity_terms if isinstance(term, sc.WindFlow)]
+    assert flow.coefficient == pytest.approx(0.5 * BLENDER_WIND_SCALE * FPS)
+    for scene in (cloth_scene(wind=steady), cloth_scene(wind_flow=0.5), cloth_scene(model="shell", wind=steady,
+                                                                                     wind_flow=0.5)):
+        assert not any(isinstance(term, sc.WindFlow) for term in sc.mesh_parts(scene).model.velocity_terms)
 
 
 def test_collider_contact_takes_the_thickness_plus_the_cloths_distance_and_blenders_gravity():

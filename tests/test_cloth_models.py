@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from derivatives import assert_jacobian_matches, assert_velocity_jacobian_matches
-from solver_core import BendingTerm, BlenderCloth, Cloth, Gravity, MembraneTerm, Wind
+from solver_core import BendingTerm, BlenderCloth, Cloth, Gravity, MembraneTerm, Wind, WindFlow
 from solver_core.models.blender_cloth import build_hinges, build_springs
 from solver_core.models.cloth import (COTTON_BENDING_STIFFNESS, COTTON_DENSITY, COTTON_THICKNESS, dihedral_angle,
                                       triangle_areas)
@@ -278,6 +278,24 @@ def test_wind_on_a_flat_sheet_is_area_times_normal_pressure():
     np.testing.assert_allclose(f.sum(axis=1), [[0, 0, 0.5 * area * 2.0], [0, 0, 0.5 * area * 3.0]], rtol=1e-12)
     side = term.forces(x[None], np.array([2.0]))
     assert np.abs(side).max() < 1e-15
+
+
+def test_wind_flow_jacobians_match_finite_differences():
+    x, tris, _ = grid()
+    term = WindFlow(len(x), tris, coefficient=1.3)
+    q = deformed_frames(x, scale=0.03)
+    v = np.random.default_rng(3).standard_normal(q.shape)
+    assert_velocity_jacobian_matches(term, q, v, np.zeros(len(q)))
+
+
+def test_a_sheet_moving_with_the_wind_feels_none_of_it():
+    x, tris, _ = grid()
+    q = deformed_frames(x, scale=0.03)
+    wind = np.array([0.3, -1.0, 2.0])
+    pushed = Wind(len(x), tris, wind, coefficient=0.7).forces(q, np.zeros(len(q)))
+    assert np.abs(pushed).max() > 0.01
+    drag = WindFlow(len(x), tris, coefficient=0.7).forces(q, np.broadcast_to(wind, q.shape), np.zeros(len(q)))
+    np.testing.assert_allclose(pushed + drag, 0.0, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------------------- Blender

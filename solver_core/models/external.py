@@ -1,7 +1,8 @@
-"""External forces: uniform gravity and a normal-pressure wind on triangles."""
+"""External forces: uniform gravity, a normal-pressure wind on triangles and the wind's flow (air drag
+across the triangles)."""
 import numpy as np
 
-from .base import ForceTerm, sample_periodic
+from .base import ForceTerm, VelocityTerm, sample_periodic
 from .cloth import VertexScatter, block_pattern, check_triangles, cross_matrix, outer
 
 
@@ -86,3 +87,51 @@ class Wind(ForceTerm):
         block = np.einsum("btij,btajk->btiak", d_force_d_normal, d_normal_d_x)
         values = np.broadcast_to(block[:, :, None], block.shape[:2] + (3,) + block.shape[2:])
         return values.reshape(values.shape[0], -1)
+
+
+class WindFlow(VelocityTerm):
+    """The relative-velocity part of Blender's face wind (a wind field's Flow): each corner k of a triangle
+    gets ``-coefficient * area / 12 * (sum_i v_i . n + v_k . n) n`` (``SIM_mass_spring_force_face_wind`` on
+    the per-vertex wind ``-flow * v``: a quarter of the pressure on its own vertex, three quarters shared),
+    so the triangle's normal velocity is damped in proportion to its area.
+    """
+
+    def __init__(self, n_vertices, triangles, coefficient):
+        self.n_vertices = int(n_vertices)
+        self.triangles = check_triangles(triangles, self.n_vertices)
+        if not (np.isfinite(coefficient) and coefficient >= 0):
+            raise ValueError(f"coefficient must be finite and non-negative, got {coefficient}")
+        self.coefficient = float(coefficient)
+        self._scatter = VertexScatter(self.triangles, self.n_vertices)
+        self._pattern = block_pattern(self.triangles)
+        self._mix = np.ones((3, 3)) + np.eye(3)   # corner k sees sum_i v_i + v_k
+
+    def _state(self, q, v):
+        x = np.asarray(q, dtype=float)[:, self.triangles]
+        N = np.cross(x[:, :, 1] - x[:, :, 0], x[:, :, 2] - x[:, :, 0])
+        mixed = np.einsum("kc,btcj->btkj", self._mix, np.asarray(v, dtype=float)[:, self.triangles])
+        return x, N, np.linalg.norm(N, axis=-1), mixed
+
+    def forces(self, q, v, t):
+        _, N, length, mixed = self._state(q, v)
+        # area n n^T = N N^T / (2 |N|)
+        speed = np.einsum("btj,btkj->btk", N, mixed) / length[..., None]
+        return self._scatter(-self.coefficient / 24.0 * speed[..., None] * N[:, :, None, :])
+
+    def jacobian_pattern(self):
+        return self._pattern
+
+    def jacobian_values(self, q, v, t):
+        x, N, length, mixed = self._state(q, v)
+        c = -self.coefficient / 24.0
+        nn = outer(N, N) / length[..., None, None]
+        g_v = c * self._mix[None, None, :, None, :, None] * nn[:, :, None, :, None, :]
+        # d/dN of N (N . a) / |N| for each corner's a = mixed[k]
+        na = np.einsum("btj,btkj->btk", N, mixed)[..., None, None]
+        eye, L = np.eye(3), length[..., None, None, None]
+        d_dN = ((N[:, :, None, :, None] * mixed[:, :, :, None, :] + na * eye) / L
+                - na * outer(N, N)[:, :, None] / L ** 3)
+        d_normal_d_x = cross_matrix(x[:, :, [2, 0, 1]] - x[:, :, [1, 2, 0]])    # dN/dx_a = [x_{a+2} - x_{a+1}]_x
+        g_q = c * np.einsum("btkij,btajl->btkial", d_dN, d_normal_d_x)
+        b = g_q.shape[0]
+        return g_q.reshape(b, -1), np.broadcast_to(g_v, g_q.shape).reshape(b, -1)
