@@ -97,7 +97,7 @@ def cotton_model(rest, faces):
 
 
 def _relative(u, f, pins):
-    """Mean over steps of |u_j| / |F_j| on the free vertices (as ``sc.loop_metrics``)."""
+    """Mean over steps of |u_j| / |F_j| (net force) on the free vertices: the measure the 0.033 of #15 was taken in."""
     free = np.setdiff1d(np.arange(u.shape[1]), pins)
     u_norm = np.linalg.norm(u[:, free].reshape(len(u), -1), axis=1)
     f_norm = np.linalg.norm(f[:, free].reshape(len(f), -1), axis=1)

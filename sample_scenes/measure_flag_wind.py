@@ -7,7 +7,7 @@ Gathers the flag sample as ``bake.py`` does (frames 49-72, 4 sub-steps per frame
 - the forward simulation of the model from the cache's frames 49 and 50, against the cache (largest vertex
   distance after 6, 12, 18 and 23 frames);
 - the residual of Blender's own sub-steps under the model: the flag baked again at quality 1 and Speed
-  1/4 (the same steps, each a frame), relative to the applied force as ``sc.loop_metrics`` measures it;
+  1/4 (the same steps, each a frame), relative to the net force |F_j| (not the forces at play of ``sc.loop_metrics``: kept comparable with 0.033);
   once with the model's linearized scheme, once with the angular springs and their damping taken
   explicitly at the step's start, as ``SIM_mass_spring_force_spring_angular`` adds them (no Jacobian).
 """
