@@ -20,6 +20,12 @@ INITS = ("fast_projection", "forward", "crossfade")
 # vs 8.7e3, 4 and 5 bodies (seed 2) 1.6e4 vs 5.5e5 and 1.2e4 vs 4.1e5: the order at 10 holds at 30;
 # at 5 iterations it picked the wrong one on the swinging cloth.
 RACE_ITERATIONS = 10
+# init="forward" races the forward clip and the clip with its closure defect blended in (closed_forward) for
+# this many iterations. Measured (loss after 10 / 20 iterations, clip vs blended, scale 0.25): flag 238 vs
+# 296 / 71 vs 11 (the clip goes on to a jump 83x the median at the wrap, loss 8.55; the blended one to a
+# seamless 2.24), swinging cloth 1,204 vs 0.86 / 427 vs 0.80, doughnut 4.4e4 vs 5.8e3 / 3.6e4 vs 5.8e3,
+# wobbly bar 612 vs 9.1e5 / 194 vs 1.5e5 (blended positions push into the ball); the order at 20 holds at 40.
+FORWARD_RACE_ITERATIONS = 20
 # Gauss–Newton's default tolerance: a relative loss decrease per iteration below this is convergence (at
 # 1e-8 the wobbly bar (scale 0.25) ran into a 300-iteration cap while falling by 1e-7 per iteration).
 TOL = 1e-6
@@ -102,20 +108,22 @@ def _initial_guess(prob, init, callback):
                 guesses["fast_projection"] = exc.best
             return _guesses(guesses, str(exc), phase=phase)
     if init == "forward":
-        return _guesses({init: closed_forward(prob)})
+        clip = simulate(prob)
+        return _guesses({"forward": clip, "closed_forward": closed_forward(prob, clip)})
     # The crossfade sits at the clip's middle frame at the wrap; the hard initial conditions are imposed on
     # it afterwards, like on any other guess.
     return _guesses({init: crossfade_loop(simulate(prob))})
 
 
-def closed_forward(prob):
+def closed_forward(prob, clip=None):
     """The forward clip with its closure defect blended in: the clip's last step, continued at constant
     velocity, reaches states that miss (r0, r1) by D0, D1 (a velocity defect D1 - D0); step j is moved by
     -s(j) (D0 + (j - n)(D1 - D0)), s rising smoothly from 0 at step 1 to 1 at step n, so the guess passes
     through (r0, r1) without a jump at the wrap. Gauss–Newton from the clip itself kept the clip's own end
     state and jumped at the wrap (the flag at scale 0.25: loss 8.55, position jump 83x the median, one
-    vertex beside a pin 86 mm in one step); from this guess it reached loss 2.24 and a seamless wrap."""
-    clip = simulate(prob)
+    vertex beside a pin 86 mm in one step); from this guess it reached loss 2.24 and a seamless wrap.
+    ``clip``: the forward simulation when already run."""
+    clip = simulate(prob) if clip is None else clip
     n = len(clip)
     d0 = 2 * clip[-1] - clip[-2] - prob.r0
     d1 = 3 * clip[-1] - 2 * clip[-2] - prob.r1_step
@@ -131,7 +139,8 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
 
     ``init``: "fast_projection" (when it fails, the reason is in ``fallback_reason`` and Gauss–Newton
     runs RACE_ITERATIONS from the forward clip, from its crossfade and from fast projection's best
-    iterate, and goes on from the lowest loss), "forward", "crossfade", or an array (n_frames or
+    iterate, and goes on from the lowest loss), "forward" (FORWARD_RACE_ITERATIONS from the clip and from
+    ``closed_forward``, ``init_used`` says which went on), "crossfade", or an array (n_frames or
     n_steps, n, 3). ``callback(info)`` gets phase, iteration and loss after every iteration and
     cancels when it ``halts`` (result.py): the best iterate so far is returned with ``cancelled=True``.
     Gauss–Newton stops when the loss, or the decrease its model still predicts, falls by less than
@@ -157,7 +166,8 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
         return res
     t0 = time.perf_counter()
     if len(guesses) > 1:
-        res.init_used, gn, run = _race(prob, guesses, backend, min(RACE_ITERATIONS, max_iters), tol, callback)
+        iterations = FORWARD_RACE_ITERATIONS if init == "forward" else RACE_ITERATIONS
+        res.init_used, gn, run = _race(prob, guesses, backend, min(iterations, max_iters), tol, callback)
         res.initial_guess, res.initial_loss = guesses[res.init_used], run.history[0]["loss"]
         if run.stop_reason == "max_iters" and max_iters > run.nit:
             run = _run_on(gn, run, max_iters - run.nit, tol, callback)

@@ -84,7 +84,7 @@ def test_from_the_forward_clip_gauss_newton_on_a_reduced_flag_and_swinging_cloth
     clip = sc.simulate(prob)
     assert m["loss"] <= sc.loss(prob, clip) / 100 and m["loss"] <= sc.loss(prob, sc.crossfade_loop(clip)) / 10
     assert res.first_frame_shift <= 5e-3                      # the loop's first frame stays on the clip's
-    assert res.initial_conditions.startswith("soft") == (name == "flag")
+    assert res.init_used == "closed_forward" and res.initial_conditions.startswith("soft") == (name == "flag")
 
 
 def test_hard_initial_conditions_stay_hard_when_asked():
