@@ -217,7 +217,8 @@ def _race(prob, guesses, backend, iterations, tol, callback):
 def _run_on(gn, run, iterations, tol, callback):
     """Continue ``gn`` from its Result ``run`` for up to ``iterations`` more: the Result of both as one run."""
     done, seconds = run.history[-1]["iteration"], run.history[-1]["seconds"]
-    more = gn.run(run.x, max_iters=iterations, tol=tol, callback=_shifted(callback, done))
+    more = gn.run(run.x, max_iters=iterations, tol=tol, callback=_shifted(callback, done),
+                  damping=run.history[-1]["damping"])   # as if it had never stopped
     more.history = run.history + [dict(h, iteration=h["iteration"] + done, seconds=h["seconds"] + seconds)
                                   for h in more.history[1:]]
     more.nit = len(more.history) - 1
