@@ -112,12 +112,14 @@ class GaussNewton:
         trial = trial.reshape(q.shape)
         return trial, (loss(self.prob, trial) if np.all(np.isfinite(trial)) else np.inf)
 
-    def run(self, q0, max_iters=100, tol=1e-8, step_tol=1e-12, callback=None, phase="gauss_newton"):
+    def run(self, q0, max_iters=100, tol=1e-8, step_tol=1e-12, callback=None, phase="gauss_newton",
+            damping=_DAMPING0):
         """Iterate from ``q0`` (n_steps, n, 3) until the relative loss decrease, or the decrease the
         undamped model still predicts, is below ``tol``; the step is below ``step_tol`` relative to |q|;
         or ``max_iters``. ``stop_reason`` says which ("tol", "step_tol", "max_iters", "no_progress",
         "cancelled"). Returns a ``Result`` whose ``x`` is the best iterate (the last one: the loss never
-        increases). A ``callback(info)`` that ``halts`` stops after that iteration."""
+        increases). A ``callback(info)`` that ``halts`` stops after that iteration. ``damping``: lambda
+        at the start (a run that goes on from another's iterate passes that run's last)."""
         prob = self.prob
         q = prob.apply_constraints(prob.check_trajectory(q0, "initial guess"))
         free = np.flatnonzero(prob.free_mask())
@@ -127,7 +129,7 @@ class GaussNewton:
         self.stop_reason = "max_iters"
         self.cancelled = False
         t0 = time.perf_counter()
-        lam, grow = _DAMPING0, 2.0
+        lam, grow = damping, 2.0
         restart = _DAMPING_MIN   # the damping after a rejected undamped step
         for it in range(1, max_iters + 1):
             g = self.backend.linearize(q, residual_steps(prob, q))
@@ -166,7 +168,9 @@ class GaussNewton:
                 break
             failed = raises >= _FAILED_RAISES   # the trust region rejected the direction at first
             small = previous - current <= tol * previous
-            if (failed or small) and self._recover(it, switch=failed):
+            # "auto" leaves a stalled inexact solve for the direct one: from the flag's forward clip with its
+            # closure blended in (scale 0.16) PCG hit its cap on directions holding 3e-7 of the model decrease
+            if (failed or small) and self._recover(it, switch=True):
                 continue
             if small:
                 self.stop_reason = "tol"

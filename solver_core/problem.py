@@ -65,6 +65,11 @@ class LoopProblem:
             pin_positions = np.broadcast_to(pin_positions, (self.n_frames, k, 3))
         self.pin_positions = _finite_array("pin_positions", pin_positions, (self.n_frames, k, 3))
 
+    def softened(self, eps):
+        """This problem with soft initial conditions eps0 = eps1 = ``eps`` (> 0), all else the same."""
+        return LoopProblem(self.model, self.n_frames, self.dt, self.r0, self.r1, scheme=self.scheme, eps0=eps,
+                           eps1=eps, pins=self.pins, pin_positions=self.pin_positions, substeps=self.substeps)
+
     @property
     def n_vertices(self):
         return self.model.n_vertices
