@@ -60,7 +60,7 @@ def _parser():
     p.add_argument("--tol", type=float, default=sc.TOL,
                    help="Gauss-Newton tolerance: relative loss decrease per iteration that counts as converged")
     p.add_argument("--soft", type=float, default=0.0, metavar="EPS",
-                   help="soft first two frames with this weight (0: hard constraints)")
+                   help="soft first two frames with this weight (0: hard, relaxed to soft only if the loop converges with a visible wrap; the report says how far frame 0 moved)")
     p.add_argument("--pin-group", default="", help="vertex group of pinned vertices (default: the modifier's)")
     p.add_argument("--colliders", default="", metavar="COLLECTION", help="collection of collider objects")
     p.add_argument("--gravitational-constant", type=float, default=1.0, help="G for N bodies")

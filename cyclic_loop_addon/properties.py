@@ -31,8 +31,9 @@ class CyclicLoopSettings(bpy.types.PropertyGroup):
     init: EnumProperty(name="Initial Guess", items=INITS, default="fast_projection",
                        description="The rough loop the solver starts from")
     hard_initial: BoolProperty(name="Hard Initial Conditions", default=True,
-                               description="Keep the first two frames of the loop exactly as simulated "
-                               "(off: they may move a little, which can hide a visible wrap)")
+                               description="Start with the first two frames of the loop exactly as simulated; if the "
+                               "loop then still shows its wrap, they may move a few millimetres to hide it (the "
+                               "report says how far). Off: they may move from the start, by Softness")
     soft_weight: FloatProperty(name="Softness", default=1e-3, min=1e-9, soft_max=1.0, precision=6,
                                description="How far the first two frames may move when not kept exactly "
                                "(larger: freer)")
