@@ -22,6 +22,8 @@ import bpy
 
 ADDON_ZIP, SHOT_DIR, RESULT_JSON = sys.argv[sys.argv.index("--") + 1:][:3]
 TICK = 0.05
+POLL = 0.002            # after a click, wait this little: the operator reads the scene at its first 0.1 s timer tick,
+                        # and the reading phase must be seen (a TICK could fall after that timer)
 ORBIT_TICKS = 10        # during the solve, orbit the view every this many ticks (an artist at work)
 MAX_ITERS = 6
 N_FRAMES = 12           # a short loop: a quick solve
@@ -110,7 +112,7 @@ def click_make_loop(run):
     window, _, _ = view3d()
     simulate_click(window, *make_loop_button())
     for _ in range(40):
-        yield
+        yield POLL
         if run.running:
             break
 
@@ -164,7 +166,8 @@ def longest_gap(times):
 
 
 def steps():
-    """The scenario as a generator: each ``yield`` gives the window TICK seconds of event handling."""
+    """The scenario as a generator: each ``yield`` gives the window TICK seconds of event handling (``yield w``:
+    w seconds)."""
     assert bpy.ops.preferences.addon_install(filepath=ADDON_ZIP) == {"FINISHED"}
     assert bpy.ops.preferences.addon_enable(module="cyclic_loop") == {"FINISHED"}
     bpy.types.VIEW3D_PT_cyclic_loop.append(count_panel_draw)
@@ -240,10 +243,10 @@ def steps():
     settings.init = "fast_projection"
     simulate_click(window, *make_loop_button())
     result["run2_started"] = True
-    for _ in range(40):
+    for _ in range(int(2 / POLL)):
         if run.running:
             break
-        yield
+        yield POLL
     deadline = time.monotonic() + TIMEOUT
     ticks, draws_from, probe = [], len(state["draw_times"]), GilProbe()
     pending = None          # (screenshot name, panel draws when its phase was seen)
@@ -344,9 +347,9 @@ def steps():
 def drive(scenario=steps()):
     """Timer callback: advance the scenario one step; write the result and quit at the end or on error."""
     try:
-        next(scenario)
+        wait = next(scenario)
         if time.monotonic() - state["started"] < 2 * TIMEOUT:
-            return TICK
+            return TICK if wait is None else wait
         result["errors"].append("scenario timed out")
     except StopIteration:
         pass
