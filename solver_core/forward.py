@@ -14,6 +14,7 @@ tangent-linear and adjoint sweeps; its derivative values are evaluated in batche
 import copy
 
 import numpy as np
+import scipy.linalg as sla
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
@@ -300,6 +301,18 @@ class _Diagonal:
         return self
 
 
+def _solve_transposed(lu, b):
+    """S^-T b for many right-hand sides b (dof, m): for a SuperLU factorization (Pr S Pc = L U) by dense
+    triangular solves (BLAS 3; SuperLU solves column by column), S^-T b = Pr^T L^-T U^-T Pc^T b."""
+    if not isinstance(lu, spla.SuperLU):
+        return lu.solve(b, trans="T")
+    x = np.empty_like(b)
+    x[lu.perm_c] = b
+    x = sla.solve_triangular(lu.U.toarray(), x, trans="T", check_finite=False)
+    x = sla.solve_triangular(lu.L.toarray(), x, trans="T", lower=True, unit_diagonal=True, check_finite=False)
+    return x[lu.perm_r]
+
+
 class Linearization:
     """Derivatives of the step equations u_j(q_{j-1}, q_j, q_{j+1}) = c_j along a simulated trajectory q.
 
@@ -384,15 +397,16 @@ class Linearization:
         m = last.shape[-1]
         end = self.n_states - 1
         lam = {end - 1: last[0].reshape(-1, m)[self.free], end: last[1].reshape(-1, m)[self.free]}
-        w = np.repeat(weight, 3)[self.free][:, None]
-        gram = np.zeros((m, m))
+        root = np.sqrt(np.repeat(weight, 3)[self.free])[:, None]
+        gram = np.zeros((m, m), order="F")
         for k in range(end, 1, -1):
             j = k - 1
-            z = self._S[j].solve(np.asfortranarray(lam.pop(k)), trans="T")
-            gram += z.T @ (w * z)
+            z = _solve_transposed(self._S[j], lam.pop(k))
+            # the upper triangle of gram += Z^T diag(w) Z (BLAS syrk)
+            gram = sla.blas.dsyrk(1.0, root * z, beta=1.0, c=gram, trans=1, overwrite_c=1)
             lam[j] = lam[j] - self._A[j].T @ z
             lam[j - 1] = lam.get(j - 1, 0.0) - self._B[j].T @ z
-        return gram
+        return np.triu(gram) + np.triu(gram, 1).T
 
 
 def mismatch(prob, q):

@@ -2,15 +2,17 @@
 iterate starts Gauss–Newton best.
 
     python -m solver_core.scenes.bench_fast_projection [--scale S] [--gn K] [--fractions F ...]
-        [--stop-fraction F] SCENE ...
+        [--stop-fraction F] [--max-iters K] [--budget SECONDS] SCENE ...
 
-Per scene: one plain forward simulation of the clip (the unit of loop cost), then fast projection:
-iterations, seconds per iteration, final G / G(0), the RMS position (m) and velocity (m/s) mismatch at the
-wrap before and after, and the loop loss of its result. With ``--gn K`` also, for the first iterate whose
+Per scene: one plain forward simulation of the clip (the unit of loop cost), then fast projection
+(cancelled after ``--budget`` seconds): iterations, seconds per iteration, final G / G(0), the RMS
+position (m) and velocity (m/s) mismatch at the wrap before and after, the loop loss of its result and
+the process's peak resident memory. With ``--gn K`` also, for the first iterate whose
 G is below each fraction of G(0) (and the last; fast projection is then not asked to close the loop),
 the loop loss of that iterate and after K Gauss–Newton iterations from it.
 """
 import argparse
+import resource
 import time
 
 import numpy as np
@@ -33,7 +35,7 @@ def _candidates(G, fractions):
     return out
 
 
-def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0):
+def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0, max_iters=30, budget=float("inf")):
     """Print the figures of one scene."""
     prob = SCENES[name](scale).prob
     t0 = time.perf_counter()
@@ -45,11 +47,12 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0):
 
     def progress(it):
         print(f"    iteration {it['iteration']}: G {it['loss']:.3e} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        return time.perf_counter() - t0 > budget
 
     try:
         # with --gn every iterate is a candidate start, closed or not
         extra = dict(keep_iterates=True, accept=float("inf")) if gn_iters > 0 else {}
-        info = fast_projection(prob, callback=progress, stop_fraction=stop_fraction, **extra)
+        info = fast_projection(prob, callback=progress, stop_fraction=stop_fraction, max_iters=max_iters, **extra)
     except FastProjectionDiverged as exc:
         print(f"  fast projection diverged: {exc}")
         return
@@ -59,7 +62,8 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0):
           f"{info['seconds']:.1f} s in all; G/G(0) {info['final_G'] / info['G'][0]:.2e}; position mismatch "
           f"{info['position_jump'][0]:.3e} -> {info['position_jump'][-1]:.3e} m, velocity "
           f"{info['velocity_jump'][0]:.3e} -> {info['velocity_jump'][-1]:.3e} m/s; Krylov iterations (0: exact) "
-          f"{info['krylov_iterations']}; {info['message']}", flush=True)
+          f"{info['krylov_iterations']}; {info['message']}; peak memory "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB", flush=True)
     print(f"  loop loss of the result {loss(prob, prob.apply_constraints(q)):.4g}", flush=True)
     if gn_iters <= 0:
         return
@@ -80,9 +84,11 @@ def main(argv=None):
     p.add_argument("--gn", type=int, default=0, help="Gauss-Newton iterations from candidate iterates")
     p.add_argument("--fractions", type=float, nargs="*", default=[0.3, 0.1, 1e-2, 1e-4])
     p.add_argument("--stop-fraction", type=float, default=0.0, help="stop fast projection once G <= this G(0)")
+    p.add_argument("--max-iters", type=int, default=30)
+    p.add_argument("--budget", type=float, default=float("inf"), help="cancel fast projection after this many seconds")
     args = p.parse_args(argv)
     for name in args.scenes:
-        bench_scene(name, args.scale, args.gn, args.fractions, args.stop_fraction)
+        bench_scene(name, args.scale, args.gn, args.fractions, args.stop_fraction, args.max_iters, args.budget)
 
 
 if __name__ == "__main__":
