@@ -2,9 +2,9 @@
 iterate starts Gauss–Newton best.
 
     python -m solver_core.scenes.bench_fast_projection [--scale S] [--gn K] [--fractions F ...]
-        [--stop-fraction F] [--max-iters K] [--budget SECONDS] SCENE ...
+        [--stop-fraction F] [--max-iters K] [--budget SECONDS] SCENE|PROBLEM.npz ...
 
-Per scene: one plain forward simulation of the clip (the unit of loop cost), then fast projection
+Per scene (a paper scene, or a problem saved as .npz, e.g. by ``sample_scenes/flag_in_wind.py``): one plain forward simulation of the clip (the unit of loop cost), then fast projection
 (cancelled after ``--budget`` seconds): iterations, seconds per iteration, final G / G(0), the RMS
 position (m) and velocity (m/s) mismatch at the wrap before and after, the loop loss of its result and
 the process's peak resident memory. With ``--gn K`` also, for the first iterate whose
@@ -20,6 +20,7 @@ import numpy as np
 from ..fast_projection import FastProjectionDiverged, fast_projection
 from ..forward import simulate
 from ..gauss_newton import GaussNewton
+from ..io import load_problem
 from ..residual import loss
 from .paper import SCENES
 
@@ -37,7 +38,7 @@ def _candidates(G, fractions):
 
 def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0, max_iters=30, budget=float("inf")):
     """Print the figures of one scene."""
-    prob = SCENES[name](scale).prob
+    prob = load_problem(name) if name.endswith(".npz") else SCENES[name](scale).prob
     t0 = time.perf_counter()
     clip = simulate(prob)
     forward = time.perf_counter() - t0
@@ -50,9 +51,9 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0, max_iters=3
         return time.perf_counter() - t0 > budget
 
     try:
-        # with --gn every iterate is a candidate start, closed or not
-        extra = dict(keep_iterates=True, accept=float("inf")) if gn_iters > 0 else {}
-        info = fast_projection(prob, callback=progress, stop_fraction=stop_fraction, max_iters=max_iters, **extra)
+        # figures for every run, closed or not (with --gn every iterate is a candidate start)
+        info = fast_projection(prob, callback=progress, stop_fraction=stop_fraction, max_iters=max_iters,
+                               keep_iterates=gn_iters > 0, accept=float("inf"))
     except FastProjectionDiverged as exc:
         print(f"  fast projection diverged: {exc}")
         return
@@ -79,7 +80,7 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0, max_iters=3
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("scenes", nargs="+", choices=sorted(SCENES))
+    p.add_argument("scenes", nargs="+", help=f"{', '.join(sorted(SCENES))} or a problem .npz")
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--gn", type=int, default=0, help="Gauss-Newton iterations from candidate iterates")
     p.add_argument("--fractions", type=float, nargs="*", default=[0.3, 0.1, 1e-2, 1e-4])
