@@ -31,7 +31,7 @@ import time
 import numpy as np
 import scipy.sparse.linalg as spla
 
-from .forward import Linearization, SimulationFailed, simulate
+from .forward import SimulationFailed, keep_factor_workspace_off_recycled_memory, simulate
 from .result import CANCELLED, CONVERGED, ITERATION_CAP, NO_PROGRESS, Result, halts
 
 
@@ -200,10 +200,10 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
     L = prob.n_steps
     mass = prob.model.mass
     controls = np.zeros((L + 1, prob.n_vertices, 3))
+    keep_factor_workspace_off_recycled_memory()
     t0 = time.perf_counter()
     try:
-        q = simulate(prob, L + 2, controls)
-        lin = Linearization(prob, q)
+        q, lin = simulate(prob, L + 2, controls, keep_factors=True)
     except SimulationFailed as exc:
         raise FastProjectionDiverged(f"fast projection could not start: the forward simulation failed: {exc}") from exc
     closure = _Closure(prob, q)
@@ -229,7 +229,6 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
         for tries in range(1, max_rejections + 1):
             du, lin_res, n_krylov, norm = step(radius)
             predicted = G * (1 - lin_res ** 2)          # the linear model's decrease of G
-            trial = None                                # one rejected trajectory's factors at most
             trial = _trial(prob, closure, controls + du)
             if trial is not None and G - trial[3] > 1e-4 * predicted:
                 rho = (G - trial[3]) / predicted
@@ -243,7 +242,6 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
             break
         controls = controls + du
         q, lin, r, G = trial
-        step = trial = None                             # the last iterate's linearization is freed
         info["G"].append(G)
         info["krylov_iterations"].append(n_krylov)
         info["trials"].append(tries)
@@ -273,20 +271,14 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
 
 
 def _trial(prob, closure, controls):
-    """(q, linearization, r, G) simulated with ``controls``; None when the simulation fails or G is not finite.
-
-    The linearization factors its steps when first used (an accepted trial): the linearized scheme's
-    simulation could hand over its own factors, but SuperLU keeps a workspace of several times the
-    factors' size with each, resident (measured: 1 GB for 240 steps of a 150-vertex Blender flag), and a
-    rejected trial would hold them for nothing.
-    """
+    """(q, linearization, r, G) simulated with ``controls``; None when the simulation fails or G is not finite."""
     try:
-        q = simulate(prob, prob.n_steps + 2, controls)
+        q, lin = simulate(prob, prob.n_steps + 2, controls, keep_factors=True)
     except SimulationFailed:
         return None
     r = closure.residual(q)
     G = closure.merit(r)
-    return (q, Linearization(prob, q), r, G) if np.isfinite(G) else None
+    return (q, lin, r, G) if np.isfinite(G) else None
 
 
 def _stop_reason(G, rtol, stop_fraction, max_iters, stall_window):
