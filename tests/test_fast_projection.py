@@ -6,7 +6,7 @@ import scipy.sparse.linalg as spla
 
 import solver_core as sc
 from solver_core.fast_projection import _Closure, _GramStep
-from solver_core.forward import mismatch_gradient
+from solver_core.forward import _ImplicitStep, mismatch_gradient
 from solver_core.scenes.paper import SCENES
 from test_solver_core import small_cloth_problem, small_problem
 
@@ -156,6 +156,33 @@ def test_backward_scheme_factors_each_step_once_for_its_linearization(monkeypatc
     for _ in range(3):
         lin.adjoint(np.ones_like(q))
     assert len(factorizations) == L
+    # the tangent-linear sweep and the closure's Gram matrix (a block adjoint sweep) reuse the same factors
+    lin.tangent(u)
+    closure = _Closure(prob, q)
+    _GramStep(closure, lin, closure.residual(q), prob.model.mass)
+    assert len(factorizations) == L
+
+
+def test_fast_projection_iteration_factors_each_step_once_beyond_newton(monkeypatch):
+    # per iteration: the trial simulations' Newton directions, and one factorization per step for the
+    # iterate's linearization, which the Gram matrix and the steps of every trust radius share
+    prob = small_cloth_problem(scheme="backward")
+    L = prob.n_steps
+    factorizations = _counting_splu(monkeypatch)
+    in_newton = []
+    for name in ("_direction", "_levenberg_marquardt"):     # Newton's directions and its fallback's
+        real = getattr(_ImplicitStep, name)
+
+        def counted(self, *args, _real=real):
+            before = len(factorizations)
+            out = _real(self, *args)
+            in_newton.append(len(factorizations) - before)
+            return out
+
+        monkeypatch.setattr(_ImplicitStep, name, counted)
+    info = sc.fast_projection(prob, max_iters=3, accept=np.inf)
+    assert info.nit == 3 and sum(info["trials"]) >= 3
+    assert len(factorizations) - sum(in_newton) == L * info.nit
 
 
 # The ribbons' handle makes 3 turns in 100 frames: only at full size is its path periodic, so a reduced

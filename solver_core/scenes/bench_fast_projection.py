@@ -2,15 +2,17 @@
 iterate starts Gauss–Newton best.
 
     python -m solver_core.scenes.bench_fast_projection [--scale S] [--gn K] [--fractions F ...]
-        [--stop-fraction F] SCENE ...
+        [--stop-fraction F] [--max-iters K] [--budget SECONDS] SCENE|PROBLEM.npz ...
 
-Per scene: one plain forward simulation of the clip (the unit of loop cost), then fast projection:
-iterations, seconds per iteration, final G / G(0), the RMS position (m) and velocity (m/s) mismatch at the
-wrap before and after, and the loop loss of its result. With ``--gn K`` also, for the first iterate whose
+Per scene (a paper scene, or a problem saved as .npz, e.g. by ``sample_scenes/flag_in_wind.py``): one plain forward simulation of the clip (the unit of loop cost), then fast projection
+(cancelled after ``--budget`` seconds): iterations, seconds per iteration, final G / G(0), the RMS
+position (m) and velocity (m/s) mismatch at the wrap before and after, the loop loss of its result and
+the process's peak resident memory. With ``--gn K`` also, for the first iterate whose
 G is below each fraction of G(0) (and the last; fast projection is then not asked to close the loop),
 the loop loss of that iterate and after K Gauss–Newton iterations from it.
 """
 import argparse
+import resource
 import time
 
 import numpy as np
@@ -18,6 +20,7 @@ import numpy as np
 from ..fast_projection import FastProjectionDiverged, fast_projection
 from ..forward import simulate
 from ..gauss_newton import GaussNewton
+from ..io import load_problem
 from ..residual import loss
 from .paper import SCENES
 
@@ -33,9 +36,9 @@ def _candidates(G, fractions):
     return out
 
 
-def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0):
+def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0, max_iters=30, budget=float("inf")):
     """Print the figures of one scene."""
-    prob = SCENES[name](scale).prob
+    prob = load_problem(name) if name.endswith(".npz") else SCENES[name](scale).prob
     t0 = time.perf_counter()
     clip = simulate(prob)
     forward = time.perf_counter() - t0
@@ -45,11 +48,12 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0):
 
     def progress(it):
         print(f"    iteration {it['iteration']}: G {it['loss']:.3e} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        return time.perf_counter() - t0 > budget
 
     try:
-        # with --gn every iterate is a candidate start, closed or not
-        extra = dict(keep_iterates=True, accept=float("inf")) if gn_iters > 0 else {}
-        info = fast_projection(prob, callback=progress, stop_fraction=stop_fraction, **extra)
+        # figures for every run, closed or not (with --gn every iterate is a candidate start)
+        info = fast_projection(prob, callback=progress, stop_fraction=stop_fraction, max_iters=max_iters,
+                               keep_iterates=gn_iters > 0, accept=float("inf"))
     except FastProjectionDiverged as exc:
         print(f"  fast projection diverged: {exc}")
         return
@@ -59,7 +63,8 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0):
           f"{info['seconds']:.1f} s in all; G/G(0) {info['final_G'] / info['G'][0]:.2e}; position mismatch "
           f"{info['position_jump'][0]:.3e} -> {info['position_jump'][-1]:.3e} m, velocity "
           f"{info['velocity_jump'][0]:.3e} -> {info['velocity_jump'][-1]:.3e} m/s; Krylov iterations (0: exact) "
-          f"{info['krylov_iterations']}; {info['message']}", flush=True)
+          f"{info['krylov_iterations']}; {info['message']}; peak memory "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB", flush=True)
     print(f"  loop loss of the result {loss(prob, prob.apply_constraints(q)):.4g}", flush=True)
     if gn_iters <= 0:
         return
@@ -75,14 +80,16 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("scenes", nargs="+", choices=sorted(SCENES))
+    p.add_argument("scenes", nargs="+", help=f"{', '.join(sorted(SCENES))} or a problem .npz")
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--gn", type=int, default=0, help="Gauss-Newton iterations from candidate iterates")
     p.add_argument("--fractions", type=float, nargs="*", default=[0.3, 0.1, 1e-2, 1e-4])
     p.add_argument("--stop-fraction", type=float, default=0.0, help="stop fast projection once G <= this G(0)")
+    p.add_argument("--max-iters", type=int, default=30)
+    p.add_argument("--budget", type=float, default=float("inf"), help="cancel fast projection after this many seconds")
     args = p.parse_args(argv)
     for name in args.scenes:
-        bench_scene(name, args.scale, args.gn, args.fractions, args.stop_fraction)
+        bench_scene(name, args.scale, args.gn, args.fractions, args.stop_fraction, args.max_iters, args.budget)
 
 
 if __name__ == "__main__":
