@@ -8,8 +8,9 @@ Gathers the flag sample as ``bake.py`` does (frames 49-72, 4 sub-steps per frame
   distance after 6, 12, 18 and 23 frames);
 - the residual of Blender's own sub-steps under the model: the flag baked again at quality 1 and Speed
   1/4 (the same steps, each a frame), relative to the net force |F_j| (not the forces at play of ``sc.loop_metrics``: kept comparable with 0.033);
-  once with the model's linearized scheme, once with the angular springs and their damping taken
-  explicitly at the step's start, as ``SIM_mass_spring_force_spring_angular`` adds them (no Jacobian).
+  once under the model's linearized scheme (``solver_core.scheme``: the angular springs and their damping
+  taken at the step's start, as ``SIM_mass_spring_force_spring_angular`` adds them, no Jacobian), once with
+  every term linearized (the scheme before #15's explicit terms).
 """
 import os
 import sys
@@ -21,8 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import solver_core as sc  # noqa: E402
 from cyclic_loop_addon import scene_io  # noqa: E402
-from solver_core.models.base import pattern_product  # noqa: E402
-from solver_core.models.blender_cloth import BlenderAngularDampingTerm, BlenderAngularTerm  # noqa: E402
+from solver_core import scheme  # noqa: E402
 
 FRAMES = (49, 72)
 
@@ -52,22 +52,19 @@ def substep_cache(quality, frames):
     return out
 
 
-def relative_residual(model, q, h, free, explicit_angular):
-    """Mean over steps of |u_j| / |F(q_j)| on the free vertices, rows 1..len(q)-2 of the trajectory q."""
+def relative_residual(prob, q, free, linearize_all):
+    """Mean over steps of |u_j| / |F(q_j)| on the free vertices, rows 1..len(q)-2 of the trajectory q: under
+    the problem's scheme, or with ``linearize_all`` with every term linearized at the step's start."""
     prev, here, nxt = q[:-2], q[1:-1], q[2:]
-    t = np.zeros(len(here))
-    v_next, v_here = (nxt - here) / h, (here - prev) / h
-    u = model.mass[:, None] * (nxt - 2 * here + prev) / h ** 2 + model.drag[:, None] * v_next
+    j = np.arange(1, len(q) - 1)
+    u = scheme.step_rows(prob, prev, here, nxt, j)
+    model, t = prob.model, prob.step_times(j)
+    if linearize_all:
+        explicit = scheme.split(prob)[1]
+        u -= explicit.jacobian_dot(here, t, nxt - here)
+        h = prob.h
+        u -= explicit.velocity_forces(here, (nxt - here) / h, t) - explicit.velocity_forces(here, (here - prev) / h, t)
     force = model.forces(here, t)
-    u -= force
-    for term in model.terms:
-        if not (explicit_angular and isinstance(term, BlenderAngularTerm)):
-            rows, cols = term.jacobian_pattern()
-            step = pattern_product(rows, cols, term.jacobian_values(here, t), nxt - here, 3 * model.n_vertices)
-            u -= step.reshape(u.shape)
-    for term in model.velocity_terms:
-        explicit = explicit_angular and isinstance(term, BlenderAngularDampingTerm)
-        u -= term.forces(here, v_here if explicit else v_next, t)
     un = np.linalg.norm(u[:, free].reshape(len(u), -1), axis=1)
     fn = np.linalg.norm(force[:, free].reshape(len(u), -1), axis=1)
     return float(np.mean(un / fn))
@@ -83,10 +80,10 @@ def main():
           + ", ".join(f"frame {k}: {drift[k]:.3f}" for k in (6, 12, 18, len(drift) - 1)))
     q = substep_cache(prob.substeps, FRAMES[1])[(FRAMES[0] - 1) * prob.substeps:]
     free = prob.free_vertices()
-    for explicit in (False, True):
-        label = "angular springs explicit" if explicit else "the model's linearized scheme"
+    for linearize_all in (False, True):
+        label = "every term linearized" if linearize_all else f"the model's {prob.scheme} scheme"
         print(f"Blender's sub-steps, residual/force under {label}: "
-              f"{relative_residual(prob.model, q, prob.h, free, explicit):.4f}")
+              f"{relative_residual(prob, q, free, linearize_all):.4f}")
 
 
 if __name__ == "__main__":

@@ -4,15 +4,19 @@ Row j couples q_{j-1}, q_j, q_{j+1}. With a_j = (q_{j+1} - 2 q_j + q_{j-1}) / h^
 
   symplectic (eq. 14): u_j = M a_j + D v_j     - F(q_j)     - G(q_j, v_j)
   backward   (eq. 13): u_j = M a_j + D v_{j+1} - F(q_{j+1}) - G(q_{j+1}, v_{j+1})
-  linearized:          u_j = M a_j + D v_{j+1} - F(q_j) - dF/dq(q_j) (q_{j+1} - q_j) - G(q_j, v_{j+1})
+  linearized:          u_j = M a_j + D v_{j+1} - F(q_j) - dF_I/dq(q_j) (q_{j+1} - q_j) - G_I(q_j, v_{j+1})
+                             - G_E(q_j, v_j)
 
 F: position forces, D: the model's per-vertex linear drag, G: its velocity terms (linear in v). "linearized"
 is backward Euler with the forces linearized at the current state, one Newton step per step (Baraff and
-Witkin 1998): the integrator of Blender's cloth, so its caches have a small residual under it.
+Witkin 1998): the integrator of Blender's cloth, so its caches have a small residual under it. The terms
+that declare ``explicit_in_linearized`` (``Model.split_explicit``: F_E, G_E; the rest F_I, G_I) it takes at
+the step's start without their Jacobian, as Blender adds its angular springs and their damping.
 
 The derivative of u_j with respect to q_{j+o} is a diagonal (inertia, drag) plus sparse parts on the
-model's fixed Jacobian patterns. For "linearized" the part d/dq_j [dF/dq(q_j) s] (s = q_{j+1} - q_j) is the
-derivative of the force Jacobian along s (second derivatives commute), ``Model.jacobian_derivative``.
+model's fixed Jacobian patterns. For "linearized" the part d/dq_j [dF_I/dq(q_j) s] (s = q_{j+1} - q_j) is
+the derivative of the force Jacobian along s (second derivatives commute), ``Model.jacobian_derivative``;
+the explicit terms add -dF_E/dq and -dG_E/dq - dG_E/dv / h at offset 0 and dG_E/dv / h at offset -1.
 """
 import numpy as np
 
@@ -28,6 +32,12 @@ def offsets(scheme):
     return _OFFSETS[scheme]
 
 
+def split(prob):
+    """``(implicit, explicit)`` models of the scheme's terms: ``Model.split_explicit`` for "linearized",
+    else ``(model, None)``."""
+    return prob.model.split_explicit() if prob.scheme == "linearized" else (prob.model, None)
+
+
 def _force_arguments(prob, q_prev, q_here, q_next, j):
     """(positions, velocities, frame times) the forces of rows ``j`` see."""
     p_off, v_off = offsets(prob.scheme)
@@ -39,20 +49,23 @@ def _force_arguments(prob, q_prev, q_here, q_next, j):
 def step_rows(prob, q_prev, q_here, q_next, j, force_jacobian=None):
     """Residual forces u_j ``(B, n, 3)`` of rows ``j`` ``(B,)`` from the states of each row (pinned rows included).
 
-    ``force_jacobian``: values (B, nnz) of dF/dq at the positions the forces see, reused by the linearized
+    ``force_jacobian``: values (B, nnz) of dF_I/dq at the positions the forces see, reused by the linearized
     scheme instead of evaluating them again.
     """
     model, h = prob.model, prob.h
+    implicit, explicit = split(prob)
     x, v, t = _force_arguments(prob, q_prev, q_here, q_next, j)
     u = model.mass[:, None] * (q_next - 2 * q_here + q_prev) / h ** 2 + model.drag[:, None] * v
     u = u - model.forces(x, t)
-    if model.velocity_terms:
-        u = u - model.velocity_forces(x, v, t)
+    if implicit.velocity_terms:
+        u = u - implicit.velocity_forces(x, v, t)
+    if explicit is not None and explicit.velocity_terms:
+        u = u - explicit.velocity_forces(x, (q_here - q_prev) / h, t)
     if prob.scheme == "linearized":
         if force_jacobian is None:
-            u = u - model.jacobian_dot(x, t, q_next - q_here)
+            u = u - implicit.jacobian_dot(x, t, q_next - q_here)
         else:
-            rows, cols = model.jacobian_pattern()
+            rows, cols = implicit.jacobian_pattern()
             u = u - pattern_product(rows, cols, force_jacobian, q_next - q_here, 3 * model.n_vertices).reshape(u.shape)
     return u
 
@@ -70,15 +83,39 @@ def diagonals(prob):
 
 
 def derivative_pattern(prob):
-    """``[(offset, rows, cols)]``: the sparse parts of du_j/dq_{j+offset} on the model's patterns."""
-    model = prob.model
+    """``[(offset, rows, cols)]``: the sparse parts of du_j/dq_{j+offset} on the model's patterns.
+
+    In order: the force Jacobian (for "linearized" of the implicit terms, then its derivative), for
+    "linearized" the explicit terms' force Jacobian, then per group of velocity terms (implicit, explicit)
+    the parts of dG/dq and of dG/dv at the velocity's two offsets (``sweep_parts`` relies on it).
+    """
     p_off, v_off = offsets(prob.scheme)
-    frows, fcols = model.jacobian_pattern()
+    implicit, explicit = split(prob)
+    frows, fcols = implicit.jacobian_pattern()
     parts = [(1, frows, fcols), (0, frows, fcols)] if prob.scheme == "linearized" else [(p_off, frows, fcols)]
-    if model.velocity_terms:
-        vrows, vcols = model.velocity_jacobian_pattern()
-        parts += [(p_off, vrows, vcols), (v_off, vrows, vcols), (v_off - 1, vrows, vcols)]
+    if explicit is not None and explicit.terms:
+        parts.append((0,) + explicit.jacobian_pattern())
+    for group, k in ((implicit, v_off), (explicit, 0)):
+        if group is not None and group.velocity_terms:
+            vrows, vcols = group.velocity_jacobian_pattern()
+            parts += [(p_off, vrows, vcols), (k, vrows, vcols), (k - 1, vrows, vcols)]
     return parts
+
+
+def sweep_parts(prob):
+    """Indices into ``derivative_pattern`` of the parts a time-sweep preconditioner keeps: the (implicit)
+    force Jacobian, the explicit terms' force Jacobian and the velocity terms' dG/dv parts (their damping)."""
+    implicit, explicit = split(prob)
+    kept = [0]
+    index = 2 if prob.scheme == "linearized" else 1
+    if explicit is not None and explicit.terms:
+        kept.append(index)
+        index += 1
+    for group in (implicit, explicit):
+        if group is not None and group.velocity_terms:
+            kept += [index + 1, index + 2]
+            index += 3
+    return kept
 
 
 def derivative_values(prob, q_prev, q_here, q_next, j, offsets=None):
@@ -87,18 +124,24 @@ def derivative_values(prob, q_prev, q_here, q_next, j, offsets=None):
     With ``offsets`` (a collection of step offsets) only the parts at those offsets are evaluated; the
     others are None.
     """
-    model, h = prob.model, prob.h
+    h = prob.h
+    implicit, explicit = split(prob)
     x, v, t = _force_arguments(prob, q_prev, q_here, q_next, j)
     p_off, v_off = _OFFSETS[prob.scheme]
     want = (lambda o: True) if offsets is None else (lambda o: o in offsets)
     first = 1 if prob.scheme == "linearized" else p_off
-    values = [-model.jacobian_values(x, t) if want(first) else None]
+    values = [-implicit.jacobian_values(x, t) if want(first) else None]
     if prob.scheme == "linearized":
-        values.append(-model.jacobian_derivative(x, t, q_next - q_here) if want(0) else None)
-    if model.velocity_terms:
-        kept = [want(p_off), want(v_off), want(v_off - 1)]
+        values.append(-implicit.jacobian_derivative(x, t, q_next - q_here) if want(0) else None)
+    if explicit is not None and explicit.terms:
+        values.append(-explicit.jacobian_values(x, t) if want(0) else None)
+    for group, k, velocity in ((implicit, v_off, v), (explicit, 0, None)):
+        if group is None or not group.velocity_terms:
+            continue
+        kept = [want(p_off), want(k), want(k - 1)]
         if any(kept):
-            d_dq, d_dv = model.velocity_jacobian_values(x, v, t)
+            velocity = (q_here - q_prev) / h if velocity is None else velocity
+            d_dq, d_dv = group.velocity_jacobian_values(x, velocity, t)
             parts = [-d_dq, -d_dv / h, d_dv / h]
         else:
             parts = [None] * 3
@@ -107,8 +150,9 @@ def derivative_values(prob, q_prev, q_here, q_next, j, offsets=None):
 
 
 def stable_force_part(prob, q_prev, q_here, q_next, j):
-    """Values ``(B, nnz)`` of the first part of ``derivative_values`` (-dF/dq) with the model's stabilized
-    force Jacobian (``Model.stable_jacobian_values``), or None when the model has none."""
+    """Values ``(B, nnz)`` of the first part of ``derivative_values`` (-dF/dq, of the implicit terms for
+    "linearized") with the stabilized force Jacobian (``Model.stable_jacobian_values``), or None when its
+    terms have none."""
     x, _, t = _force_arguments(prob, q_prev, q_here, q_next, j)
-    values = prob.model.stable_jacobian_values(x, t)
+    values = split(prob)[0].stable_jacobian_values(x, t)
     return None if values is None else -values

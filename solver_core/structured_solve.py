@@ -96,11 +96,13 @@ class LoopOperator:
             sorted_slots = slot[order]
             starts = np.flatnonzero(np.r_[True, np.diff(sorted_slots) != 0]) if slot.size else np.zeros(0, np.int64)
             self._gather[o] = (kept[order], starts, sorted_slots[starts])
-        # The preconditioner's T keeps, of the sparse parts, the force Jacobian (stabilized where the model
-        # can: ``Model.stable_jacobian_values``) and the velocity terms' dG/dv (their damping), summed per
-        # offset on the same pattern; the linearized scheme's Jacobian derivative and dG/dq are left out.
-        self._stable_force = prob.model.stable_jacobian_values(prob.r0[None], np.zeros(1)) is not None
-        kept_parts = [0] + ([len(parts) - 2, len(parts) - 1] if prob.model.velocity_terms else [])
+        # The preconditioner's T keeps, of the sparse parts, ``scheme.sweep_parts``: the force Jacobian
+        # (stabilized where the model can: ``Model.stable_jacobian_values``), the linearized scheme's explicit
+        # terms' and the velocity terms' dG/dv (their damping), summed per offset on the same pattern; the
+        # linearized scheme's Jacobian derivative and dG/dq are left out.
+        r0 = prob.r0[None]
+        self._stable_force = scheme.stable_force_part(prob, r0, r0, r0, np.zeros(1, np.int64)) is not None
+        kept_parts = scheme.sweep_parts(prob)
         self._sweep_gather = {}
         for o in {parts[i][0] for i in kept_parts}:
             indices = [i for i in kept_parts if parts[i][0] == o]
@@ -112,7 +114,7 @@ class LoopOperator:
             self._sweep_gather[o] = (indices, kept[order], starts, sorted_slots[starts])
         self.values = {o: np.zeros((n_steps, self.nnz)) for o in self.offsets}
         self.sweep_values = {o: np.zeros((n_steps, self.nnz)) for o in self._sweep_gather}
-        if not (self._stable_force or prob.model.velocity_terms):   # the force part alone: share its values
+        if kept_parts == [0] and not self._stable_force:   # the force part alone: share its values
             self._sweep_gather = {}
             self.sweep_values = {parts[0][0]: self.values[parts[0][0]]} if parts else {}
         self._column_sum = sp.csr_matrix((np.ones(self.nnz), (np.arange(self.nnz), self.pattern_cols)),

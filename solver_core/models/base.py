@@ -15,6 +15,9 @@ one fixed pattern.
 
 A *model* is a set of terms acting on bodies with a lumped (diagonal) mass, one value per vertex,
 an optional linear drag ``-damping[i] * v_i`` and optional velocity terms.
+
+A term whose class sets ``explicit_in_linearized`` is taken at the step's start by the linearized scheme
+(``solver_core.scheme``), without its Jacobian in the step, as Blender's cloth adds its angular springs.
 """
 import numpy as np
 
@@ -32,6 +35,7 @@ class ForceTerm(Term):
     """Base class of a force law. Subclasses set ``n_vertices`` and implement the three methods."""
 
     n_vertices: int
+    explicit_in_linearized = False   # the linearized scheme takes it at the step's start (module docstring)
 
     def forces(self, q, t):
         """Forces ``(B, n, 3)`` at positions ``q`` ``(B, n, 3)`` and frame times ``t`` ``(B,)``."""
@@ -50,6 +54,7 @@ class VelocityTerm(Term):
     """Base class of a force ``G(q, v) = C(q) v`` linear in the velocities ``v`` ``(B, n, 3)``."""
 
     n_vertices: int
+    explicit_in_linearized = False   # the linearized scheme takes it at the step's start (module docstring)
 
     def forces(self, q, v, t):
         """Forces ``(B, n, 3)`` at positions ``q``, velocities ``v`` and frame times ``t``."""
@@ -132,6 +137,7 @@ class Model(ForceTerm):
         self.damping = damping
         self._pattern = None
         self._velocity_pattern = None
+        self._split = None
 
     def add(self, *terms):
         """A new model with the same mass and damping and these extra force or velocity terms."""
@@ -199,6 +205,20 @@ class Model(ForceTerm):
         return np.concatenate([term.jacobian_derivative(q, t, s) if hasattr(term, "jacobian_derivative")
                                else jacobian_difference(term, q, t, s) for term in self.terms]
                               + [np.zeros((q.shape[0], 0))], axis=1)
+
+    def split_explicit(self):
+        """``(implicit, explicit)``: models of this mass, without drag, holding the force and velocity terms
+        that the linearized scheme linearizes and those it takes at the step's start
+        (``explicit_in_linearized``); ``(self, None)`` when no term is explicit."""
+        if self._split is None:
+            terms = self.terms + self.velocity_terms
+            if not any(term.explicit_in_linearized for term in terms):
+                self._split = (self, None)
+            else:
+                parts = [[t for t in group if t.explicit_in_linearized == explicit]
+                         for explicit in (False, True) for group in (self.terms, self.velocity_terms)]
+                self._split = (Model(self.mass, parts[0], None, parts[1]), Model(self.mass, parts[2], None, parts[3]))
+        return self._split
 
     def velocity_forces(self, q, v, t):
         """Sum of the velocity terms' forces ``(B, n, 3)``."""

@@ -332,8 +332,11 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
     ``b`` that of (x_i, x_j, mid_b) (mid = centroid of the side's polygon) and ``e`` along x_i - x_j, the angle
     is ``atan2((a x b).e, a.b)`` and ``force = k (angle - rest_angle)``; each corner of side a gets
     ``force a / la``, of side b ``force b / lb``, and i, j each get ``-force (a + b) / 2`` on top. Not a
-    gradient field; the exact Jacobian of this force is supplied.
+    gradient field; the exact Jacobian of this force is supplied. Explicit in the linearized scheme, as Blender
+    adds it (``SIM_mass_spring_force_spring_angular``: no Jacobian in its implicit step).
     """
+
+    explicit_in_linearized = True
 
     def __init__(self, n_vertices, i, j, others_a, others_b, stiffness, rest_positions):
         self._setup_hinges(n_vertices, i, j, others_a, others_b)
@@ -370,7 +373,10 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
 class BlenderAngularDampingTerm(_HingeStencil, VelocityTerm):
     """Blender's damping across hinges: the angular spring's force law with ``-damping (w_a . a + w_b . b)``
     in place of ``stiffness (angle - rest_angle)``, w_a and w_b the velocities of the sides' centroids
-    relative to the hinge's midpoint (``SIM_mass_spring_force_spring_angular``)."""
+    relative to the hinge's midpoint (``SIM_mass_spring_force_spring_angular``). Explicit in the linearized
+    scheme, as the angular spring."""
+
+    explicit_in_linearized = True
 
     def __init__(self, n_vertices, i, j, others_a, others_b, damping):
         self._setup_hinges(n_vertices, i, j, others_a, others_b)

@@ -20,8 +20,8 @@ has stiffnesses ``fps**2`` times the settings, damping coefficients ``fps`` time
 The Speed Multiplier then only stretches time: a frame lasts ``time_scale / fps`` seconds.
 
 Not mapped (``BlenderCloth`` has no such terms): internal springs, pressure, shrinking, sewing, per-vertex
-stiffness groups, collisions and force fields. Blender evaluates the angular springs explicitly (no
-Jacobian); the linearized scheme linearizes them with the other forces.
+stiffness groups, collisions and force fields. Blender evaluates the angular springs and their damping explicitly
+(no Jacobian); so does the linearized scheme (their terms set ``explicit_in_linearized``).
 """
 import numpy as np
 
