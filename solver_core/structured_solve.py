@@ -52,9 +52,9 @@ class LoopOperator:
 
     Row j of J is sum_o A_o(j) q_{j+o} (o = -1, 0, +1), A_o(j) = diag(coef[o]) + S_o(j): the scheme's
     inertia and drag diagonals (``scheme.diagonals``) plus its sparse parts (``scheme.derivative_pattern``:
-    the force Jacobian, for "linearized" also its derivative, and the velocity terms), summed per offset on
-    one spatial pattern. Vectors of unknowns are ordered as the Gauss–Newton solver's free unknowns
-    (step-major, then non-pinned degrees of freedom). ``update(q)`` evaluates the sparse parts at q.
+    the force Jacobian, for "linearized" also its derivative and its explicit terms, and the velocity terms),
+    summed per offset on one spatial pattern. Vectors of unknowns are ordered as the Gauss–Newton solver's
+    free unknowns (step-major, then non-pinned degrees of freedom). ``update(q)`` evaluates the sparse parts at q.
     """
 
     def __init__(self, prob):

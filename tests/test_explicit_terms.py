@@ -37,7 +37,8 @@ def blender_problem(pins=(0, 3), n_frames=4, bending="ANGULAR", scheme_name="lin
 def test_the_angular_terms_are_the_explicit_ones_and_other_models_are_not_split():
     prob = blender_problem()
     implicit, explicit = prob.model.split_explicit()
-    assert {type(t) for t in explicit.terms + explicit.velocity_terms} == {BlenderAngularTerm, BlenderAngularDampingTerm}
+    angular = {BlenderAngularTerm, BlenderAngularDampingTerm}
+    assert {type(t) for t in explicit.terms + explicit.velocity_terms} == angular
     assert not any(isinstance(t, (BlenderAngularTerm, BlenderAngularDampingTerm))
                    for t in implicit.terms + implicit.velocity_terms)
     assert len(implicit.terms) + len(explicit.terms) == len(prob.model.terms)
