@@ -10,8 +10,8 @@ Row j couples q_{j-1}, q_j, q_{j+1}. With a_j = (q_{j+1} - 2 q_j + q_{j-1}) / h^
 F: position forces, D: the model's per-vertex linear drag, G: its velocity terms (linear in v). "linearized"
 is backward Euler with the forces linearized at the current state, one Newton step per step (Baraff and
 Witkin 1998): the integrator of Blender's cloth, so its caches have a small residual under it. The terms
-that declare ``explicit_in_linearized`` (``Model.split_explicit``: F_E, G_E; the rest F_I, G_I) it takes at
-the step's start without their Jacobian, as Blender adds its angular springs and their damping.
+explicit at the problem's step (``Model.split_explicit``: F_E, G_E; the rest F_I, G_I) it takes at the step's
+start without their Jacobian, as Blender adds its angular springs and their damping on its own sub-steps.
 
 The derivative of u_j with respect to q_{j+o} is a diagonal (inertia, drag) plus sparse parts on the
 model's fixed Jacobian patterns. For "linearized" the part d/dq_j [dF_I/dq(q_j) s] (s = q_{j+1} - q_j) is
@@ -35,7 +35,7 @@ def offsets(scheme):
 def split(prob):
     """``(implicit, explicit)`` models of the scheme's terms: ``Model.split_explicit`` for "linearized",
     else ``(model, None)``."""
-    return prob.model.split_explicit() if prob.scheme == "linearized" else (prob.model, None)
+    return prob.model.split_explicit(prob.h) if prob.scheme == "linearized" else (prob.model, None)
 
 
 def _force_arguments(prob, q_prev, q_here, q_next, j):

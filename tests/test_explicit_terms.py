@@ -36,7 +36,7 @@ def blender_problem(pins=(0, 3), n_frames=4, bending="ANGULAR", scheme_name="lin
 
 def test_the_angular_terms_are_the_explicit_ones_and_other_models_are_not_split():
     prob = blender_problem()
-    implicit, explicit = prob.model.split_explicit()
+    implicit, explicit = prob.model.split_explicit(prob.h)
     angular = {BlenderAngularTerm, BlenderAngularDampingTerm}
     assert {type(t) for t in explicit.terms + explicit.velocity_terms} == angular
     assert not any(isinstance(t, (BlenderAngularTerm, BlenderAngularDampingTerm))
@@ -44,7 +44,7 @@ def test_the_angular_terms_are_the_explicit_ones_and_other_models_are_not_split(
     assert len(implicit.terms) + len(explicit.terms) == len(prob.model.terms)
     assert scheme.split(blender_problem(scheme_name="backward"))[1] is None
     linear = blender_problem(bending="LINEAR")
-    assert linear.model.split_explicit() == (linear.model, None)
+    assert linear.model.split_explicit(linear.h) == (linear.model, None)
     assert scheme.derivative_pattern(linear)[0][0] == 1 and len(scheme.derivative_pattern(linear)) == 5
 
 
@@ -120,7 +120,25 @@ def test_forward_simulation_is_blenders_step_and_has_zero_residual():
     inertia = np.abs(prob.model.mass[:, None] * (blender[2:] - 2 * blender[1:-1] + blender[:-2]) / prob.h ** 2).max()
     assert np.abs(u).max() < 1e-8 * inertia
     # linearizing the hinges as well (the scheme before) leaves a residual on Blender's steps
-    explicit = prob.model.split_explicit()[1]
+    explicit = prob.model.split_explicit(prob.h)[1]
     t = prob.step_times(j)
     linearized = explicit.jacobian_dot(blender[1:-1], t, blender[2:] - blender[1:-1])
     assert np.abs(linearized).max() > 1e-3 * inertia
+
+
+def test_hinges_are_explicit_on_blenders_step_and_linearized_on_longer_steps(tmp_path):
+    # On Blender's own sub-step (quality 2: two steps per frame) the hinges are explicit; on the frame grid
+    # (one step per frame, twice as long) the linearized scheme linearizes them with the rest.
+    fine = blender_problem()
+    coarse = sc.LoopProblem(fine.model, fine.n_frames, fine.dt, fine.r0, fine.r1, scheme="linearized", substeps=1,
+                            pins=fine.pins)
+    assert scheme.split(fine)[1] is not None
+    assert scheme.split(coarse) == (coarse.model, None)
+    assert len(scheme.derivative_pattern(coarse)) < len(scheme.derivative_pattern(fine))
+    path = tmp_path / "problem.npz"
+    sc.save_problem(path, fine)
+    loaded = sc.load_problem(path)
+    assert scheme.split(loaded)[1] is not None
+    q = sc.simulate(fine)
+    assert np.allclose(scheme.step_rows(loaded, q[:-2], q[1:-1], q[2:], np.arange(1, fine.n_steps - 1)),
+                       scheme.step_rows(fine, q[:-2], q[1:-1], q[2:], np.arange(1, fine.n_steps - 1)))

@@ -16,8 +16,10 @@ one fixed pattern.
 A *model* is a set of terms acting on bodies with a lumped (diagonal) mass, one value per vertex,
 an optional linear drag ``-damping[i] * v_i`` and optional velocity terms.
 
-A term whose class sets ``explicit_in_linearized`` is taken at the step's start by the linearized scheme
-(``solver_core.scheme``), without its Jacobian in the step, as Blender's cloth adds its angular springs.
+A term with an ``explicit_step`` > 0 is taken at the step's start by the linearized scheme
+(``solver_core.scheme``) on steps up to that many seconds, without its Jacobian in the step, as Blender's
+cloth adds its angular springs on its own sub-steps; on longer steps (a loop on the frame grid) that would
+be past an explicit step's stability limit, and the scheme linearizes it with the rest.
 """
 import numpy as np
 
@@ -35,7 +37,7 @@ class ForceTerm(Term):
     """Base class of a force law. Subclasses set ``n_vertices`` and implement the three methods."""
 
     n_vertices: int
-    explicit_in_linearized = False   # the linearized scheme takes it at the step's start (module docstring)
+    explicit_step = 0.0   # the longest step the linearized scheme takes it at the step's start (module docstring)
 
     def forces(self, q, t):
         """Forces ``(B, n, 3)`` at positions ``q`` ``(B, n, 3)`` and frame times ``t`` ``(B,)``."""
@@ -54,7 +56,7 @@ class VelocityTerm(Term):
     """Base class of a force ``G(q, v) = C(q) v`` linear in the velocities ``v`` ``(B, n, 3)``."""
 
     n_vertices: int
-    explicit_in_linearized = False   # the linearized scheme takes it at the step's start (module docstring)
+    explicit_step = 0.0   # the longest step the linearized scheme takes it at the step's start (module docstring)
 
     def forces(self, q, v, t):
         """Forces ``(B, n, 3)`` at positions ``q``, velocities ``v`` and frame times ``t``."""
@@ -137,7 +139,7 @@ class Model(ForceTerm):
         self.damping = damping
         self._pattern = None
         self._velocity_pattern = None
-        self._split = None
+        self._split = {}
 
     def add(self, *terms):
         """A new model with the same mass and damping and these extra force or velocity terms."""
@@ -206,19 +208,22 @@ class Model(ForceTerm):
                                else jacobian_difference(term, q, t, s) for term in self.terms]
                               + [np.zeros((q.shape[0], 0))], axis=1)
 
-    def split_explicit(self):
-        """``(implicit, explicit)``: models of this mass, without drag, holding the force and velocity terms
-        that the linearized scheme linearizes and those it takes at the step's start
-        (``explicit_in_linearized``); ``(self, None)`` when no term is explicit."""
-        if self._split is None:
-            terms = self.terms + self.velocity_terms
-            if not any(term.explicit_in_linearized for term in terms):
-                self._split = (self, None)
+    def split_explicit(self, h):
+        """``(implicit, explicit)`` at step ``h``: models of this mass, without drag, holding the force and
+        velocity terms that the linearized scheme linearizes and those it takes at the step's start
+        (``h <= explicit_step``); ``(self, None)`` when no term is explicit at ``h``."""
+        terms = self.terms + self.velocity_terms
+        explicit = {id(t) for t in terms if h <= t.explicit_step * (1 + 1e-9)}
+        key = frozenset(explicit)
+        if key not in self._split:
+            if not explicit:
+                self._split[key] = (self, None)
             else:
-                parts = [[t for t in group if t.explicit_in_linearized == explicit]
-                         for explicit in (False, True) for group in (self.terms, self.velocity_terms)]
-                self._split = (Model(self.mass, parts[0], None, parts[1]), Model(self.mass, parts[2], None, parts[3]))
-        return self._split
+                parts = [[t for t in group if (id(t) in explicit) == side]
+                         for side in (False, True) for group in (self.terms, self.velocity_terms)]
+                self._split[key] = (Model(self.mass, parts[0], None, parts[1]),
+                                    Model(self.mass, parts[2], None, parts[3]))
+        return self._split[key]
 
     def velocity_forces(self, q, v, t):
         """Sum of the velocity terms' forces ``(B, n, 3)``."""

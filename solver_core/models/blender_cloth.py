@@ -332,14 +332,14 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
     ``b`` that of (x_i, x_j, mid_b) (mid = centroid of the side's polygon) and ``e`` along x_i - x_j, the angle
     is ``atan2((a x b).e, a.b)`` and ``force = k (angle - rest_angle)``; each corner of side a gets
     ``force a / la``, of side b ``force b / lb``, and i, j each get ``-force (a + b) / 2`` on top. Not a
-    gradient field; the exact Jacobian of this force is supplied. Explicit in the linearized scheme, as Blender
-    adds it (``SIM_mass_spring_force_spring_angular``: no Jacobian in its implicit step).
+    gradient field; the exact Jacobian of this force is supplied. Explicit in the linearized scheme on steps
+    up to ``explicit_step`` seconds (Blender's sub-step), as Blender adds it
+    (``SIM_mass_spring_force_spring_angular``: no Jacobian in its implicit step).
     """
 
-    explicit_in_linearized = True
-
-    def __init__(self, n_vertices, i, j, others_a, others_b, stiffness, rest_positions):
+    def __init__(self, n_vertices, i, j, others_a, others_b, stiffness, rest_positions, explicit_step=np.inf):
         self._setup_hinges(n_vertices, i, j, others_a, others_b)
+        self.explicit_step = float(explicit_step)
         self.stiffness = np.asarray(stiffness, dtype=float)
         self.rest_angle = self._geometry(np.asarray(rest_positions, dtype=float)[None], False)[0][0]
 
@@ -374,12 +374,11 @@ class BlenderAngularDampingTerm(_HingeStencil, VelocityTerm):
     """Blender's damping across hinges: the angular spring's force law with ``-damping (w_a . a + w_b . b)``
     in place of ``stiffness (angle - rest_angle)``, w_a and w_b the velocities of the sides' centroids
     relative to the hinge's midpoint (``SIM_mass_spring_force_spring_angular``). Explicit in the linearized
-    scheme, as the angular spring."""
+    scheme on steps up to ``explicit_step`` seconds, as the angular spring."""
 
-    explicit_in_linearized = True
-
-    def __init__(self, n_vertices, i, j, others_a, others_b, damping):
+    def __init__(self, n_vertices, i, j, others_a, others_b, damping, explicit_step=np.inf):
         self._setup_hinges(n_vertices, i, j, others_a, others_b)
+        self.explicit_step = float(explicit_step)
         self.damping = np.asarray(damping, dtype=float)
 
     def _state(self, q, v):
@@ -433,12 +432,14 @@ class BlenderCloth(Model):
     structural springs, ``shear_damping`` on stretched shear springs, ``compression_damping`` on compressed
     structural springs of the angular model; ``angular_damping`` across hinges (``BlenderAngularDampingTerm``).
     Blender's linear bending springs are not damped. Vertex-group stiffness scaling, shrinking, sewing,
-    internal springs and pressure are ignored.
+    internal springs and pressure are ignored. ``explicit_step``: the longest step (seconds) on which the
+    linearized scheme takes the hinges and their damping explicitly (Blender's sub-step; default: every step).
     """
 
     def __init__(self, rest_positions, faces, vertex_mass, tension_stiffness, compression_stiffness,
                  shear_stiffness, bending_stiffness, air_damping=0.0, bending_model="linear", bending_damping=0.5,
-                 tension_damping=0.0, compression_damping=0.0, shear_damping=0.0, angular_damping=0.0):
+                 tension_damping=0.0, compression_damping=0.0, shear_damping=0.0, angular_damping=0.0,
+                 explicit_step=np.inf):
         if bending_model not in ("linear", "angular"):
             raise ValueError(f"bending_model must be 'linear' or 'angular', got {bending_model!r}")
         x = check_positions(rest_positions)
@@ -476,10 +477,11 @@ class BlenderCloth(Model):
         if bending_model == "angular":
             for i, j, others_a, others_b in build_hinges(faces, n):
                 stiffness = 0.1 * bending_stiffness * np.linalg.norm(x[i] - x[j], axis=1)
-                terms.append(BlenderAngularTerm(n, i, j, others_a, others_b, stiffness, x))
+                terms.append(BlenderAngularTerm(n, i, j, others_a, others_b, stiffness, x, explicit_step))
                 if angular_damping > 0:
                     velocity_terms.append(BlenderAngularDampingTerm(n, i, j, others_a, others_b,
-                                                                    np.full(len(i), float(angular_damping))))
+                                                                    np.full(len(i), float(angular_damping)),
+                                                                    explicit_step))
         self.average_spring_length = avg - _FLT_EPSILON
         self.spring_counts = {"structural": n_struct, "shear": n_shear, "bending": n_bend,
                               "angular": sum(len(t.stencil) for t in terms[1:])}

@@ -21,7 +21,9 @@ The Speed Multiplier then only stretches time: a frame lasts ``time_scale / fps`
 
 Not mapped (``BlenderCloth`` has no such terms): internal springs, pressure, shrinking, sewing, per-vertex
 stiffness groups, collisions and force fields. Blender evaluates the angular springs and their damping explicitly
-(no Jacobian); so does the linearized scheme (their terms set ``explicit_in_linearized``).
+(no Jacobian); so does the linearized scheme on steps no longer than Blender's sub-step (their terms'
+``explicit_step``), and linearizes them on longer ones (a loop on the frame grid), where they would be past an
+explicit step's stability limit.
 """
 import numpy as np
 
@@ -98,7 +100,8 @@ def blender_cloth_problem_parts(rest_positions, faces, settings, fps, frame_step
         tension_damping=fps * settings["tension_damping"],
         compression_damping=fps * settings["compression_damping"],
         shear_damping=fps * settings["shear_damping"],
-        angular_damping=fps * settings["bending_damping"])
+        angular_damping=fps * settings["bending_damping"],
+        explicit_step=time_scale / (fps * int(settings["quality"])))
     model = cloth.add(Gravity(cloth.mass, blender_gravity(gravity, fps)))
     return model, int(frame_step) * time_scale / fps, int(frame_step) * int(settings["quality"])
 
