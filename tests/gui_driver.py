@@ -204,7 +204,9 @@ def steps():
         yield
     settings = obj.cyclic_loop_settings
     result["on_select"] = dict(initialized=settings.initialized, frames=[settings.frame_start, settings.frame_end],
-                               model=settings.model, substeps=settings.substeps, message=run.message,
+                               model=settings.model, substeps=settings.substeps, init=settings.init,
+                               hard_initial=settings.hard_initial, soft_weight=settings.soft_weight,
+                               message=run.message,
                                can_make_loop=bpy.ops.cyclic_loop.make_loop.poll())
     mod = next(m for m in obj.modifiers if m.type == "CLOTH")
     result["cache"] = dict(frames=[mod.point_cache.frame_start, mod.point_cache.frame_end],
