@@ -51,16 +51,26 @@ def test_gather_reads_each_sample(name):
     assert g.kind == "mesh" and g.n_written == len(obj.data.vertices)
     local = evaluated_local(obj, s.frame_start + 3)
     np.testing.assert_allclose(writeback.local_loop(g, g.source)[3], local, atol=1e-5)
-    expected = {"flag": {"Wind", "Gravity", "BlenderSpringTerm"}, "swing": {"Gravity", "BlenderSpringTerm"},
-                "softbody": {"ElasticTetTerm", "MeshContact", "Gravity"}, "ribbons": {"BlenderSpringTerm"}}[name]
+    wind_cloth = {"Wind", "Gravity", "BlenderSpringTerm"}
+    expected = {"flag": wind_cloth, "flag_gusts": wind_cloth,
+                "swing": {"Gravity", "BlenderSpringTerm"}, "softbody": {"ElasticTetTerm", "MeshContact", "Gravity"},
+                "ribbons": {"BlenderSpringTerm"}}[name]
     assert expected <= terms
-    pins = {"flag": 7, "swing": 2, "softbody": 0, "ribbons": 4}[name]
+    pins = {"flag": 7, "flag_gusts": 10, "swing": 2, "softbody": 0, "ribbons": 4}[name]
     assert len(prob.pins) == pins
     if name == "softbody":
         assert prob.n_vertices > g.n_written      # interior tet vertices follow the surface
     else:
         assert prob.substeps == obj.modifiers["Cloth"].settings.quality
         np.testing.assert_allclose(prob.model.mass, obj.modifiers["Cloth"].settings.mass)
+    if name == "flag_gusts":                      # the keyed gusts reach the wind term frame by frame
+        wind = next(t for t in prob.model.terms if type(t).__name__ == "Wind")
+        keyed = []
+        for frame in range(s.frame_start, s.frame_end + 1):
+            bpy.context.scene.frame_set(frame)
+            keyed.append(bpy.data.objects["Wind"].evaluated_get(bpy.context.evaluated_depsgraph_get()).field.strength)
+        assert wind.wind.shape == (n_frames, 3) and np.ptp(keyed) > 100
+        np.testing.assert_allclose(wind.wind @ [0.0, 1.0, 0.0], keyed, rtol=1e-5)     # it blows along +Y
     if name == "ribbons":                         # pins ride the circling handle, which repeats every 24 frames
         assert np.ptp(prob.pin_positions[:, :, 0]) > 0.5
         assert not any("transform" in note for note in g.notes)
@@ -379,7 +389,7 @@ def test_headless_bake_end_to_end(tmp_path):
     assert bad.returncode == 2 and "at least 4" in bad.stderr
 
 
-@pytest.mark.parametrize("name", ("flag", "swing", "softbody", "ribbons", "planets"))
+@pytest.mark.parametrize("name", ("flag", "flag_gusts", "swing", "softbody", "ribbons", "planets"))
 def test_bundled_sample_opens_in_the_bpy_module(name):
     """The committed samples (saved by Blender 3.4, the oldest supported) open in this bpy with their caches
     baked (tests/test_blender_executable.py opens them in Debian's Blender)."""
