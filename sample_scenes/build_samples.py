@@ -3,8 +3,8 @@
     python sample_scenes/build_samples.py [--out DIR] [NAME ...]        (bpy module)
     blender -b --python sample_scenes/build_samples.py -- [--out DIR] [NAME ...]
 
-NAME: flag, flag_gusts, swing, softbody, ribbons, planets (default: all). Scenes are small (32-70 vertices,
-48-96 cached frames at 24 fps) so the loop solver stays fast; each file notes in its scene custom
+NAME: flag, flag_gusts, swing, softbody, ribbons, planets (default: all). Scenes are small (32-70
+vertices, 48-96 cached frames at 24 fps) so the loop solver stays fast; each file notes in its scene custom
 property ``loop_frames`` a good range to loop.
 """
 import argparse
