@@ -214,7 +214,8 @@ def steps():
     screenshot("panel_before")
     settings.frame_start = scene["loop_frames"][0]
     settings.frame_end = settings.frame_start + N_FRAMES - 1
-    settings.substeps, settings.max_iters = 1, MAX_ITERS
+    # hard first frames: on these 12 frames the cloth's default soft ones (eps 1000) crawl past 50 iterations
+    settings.substeps, settings.max_iters, settings.hard_initial = 1, MAX_ITERS, True
     original = snapshot(obj)
     result["range_before"] = [scene.frame_start, scene.frame_end]
 
