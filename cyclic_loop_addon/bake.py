@@ -34,7 +34,13 @@ from .progress import Progress
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
 from .solver import sc
 from .outputs import OUTPUTS
-from .vocabulary import ITERATIONS, MODELS, SCHEMES, names
+from .vocabulary import ITERATIONS, MODEL_DEFAULTS, MODELS, SCHEMES, names
+
+
+def _by_model(key):
+    """The models' defaults of ``key`` in words, for the options' help."""
+    return ", ".join(f"{model} {value if isinstance(value, str) else format(value, 'g')}"
+                     for model, value in ((m, d[key]) for m, d in MODEL_DEFAULTS.items()))
 
 
 def _parser():
@@ -42,25 +48,32 @@ def _parser():
     p.add_argument("blend", nargs="?", help="scene .blend (when run with the bpy module)")
     p.add_argument("--object", action="append", default=[], metavar="NAME",
                    help="the simulated mesh; repeat (or comma-separate) for N bodies")
-    p.add_argument("--frames", nargs=2, type=int, metavar=("A", "B"), help="loop frames A..B (default: scene range)")
+    p.add_argument("--frames", nargs=2, type=int, metavar=("A", "B"),
+                   help="loop frames A..B (default: the physics cache without its first third, the settle from "
+                        "rest; N bodies: the scene range)")
     for out in OUTPUTS:
         p.add_argument(f"--{out.name}", metavar=out.metavar, help=out.help)
     p.add_argument("--model", choices=names(MODELS), default="auto")
-    p.add_argument("--init", choices=sc.CLIP_INITS, default="fast_projection")
+    p.add_argument("--init", choices=sc.CLIP_INITS, default=None,
+                   help=f"the initial guess (default: the model's: {_by_model('init')})")
     p.add_argument("--scheme", choices=names(SCHEMES), default="auto",
                    help="residual scheme (auto: linearized for Blender cloth, backward for shells and soft "
                         "bodies, symplectic for N bodies)")
     p.add_argument("--preset", choices=tuple(PRESETS),
-                   help="preview: 8 iterations, 1 sub-step; final: 50 iterations, the physics' sub-steps "
-                        "(--iterations and --substeps override it)")
+                   help=f"preview: {PRESETS['preview']['iterations']} iterations, 1 sub-step; final (the default): "
+                        f"{PRESETS['final']['iterations']} iterations, the model's sub-steps (--iterations and "
+                        "--substeps override it)")
     p.add_argument("--substeps", type=int, default=None,
-                   help="solver steps per frame (default 0: from the physics quality)")
+                   help=f"solver steps per frame, 0: the physics quality (default: the model's: "
+                        f"{_by_model('substeps')})")
     p.add_argument("--iterations", type=int, default=None,
                    help=f"maximum Gauss-Newton iterations (default {ITERATIONS})")
     p.add_argument("--tol", type=float, default=sc.TOL,
                    help="Gauss-Newton tolerance: relative loss decrease per iteration that counts as converged")
-    p.add_argument("--soft", type=float, default=0.0, metavar="EPS",
-                   help="soft first two frames with this weight (0: hard, relaxed to soft only if the loop converges with a visible wrap; the report says how far frame 0 moved)")
+    p.add_argument("--soft", type=float, default=None, metavar="EPS",
+                   help="soft first two frames with this eps, larger is freer (the panel's Softness; 0: hard, "
+                        "relaxed to soft only if the loop converges with a visible wrap; the report says how far "
+                        f"frame 0 moved; default: the model's: {_by_model('soft')})")
     p.add_argument("--pin-group", default="", help="vertex group of pinned vertices (default: the modifier's)")
     p.add_argument("--colliders", default="", metavar="COLLECTION", help="collection of collider objects")
     p.add_argument("--gravitational-constant", type=float, default=1.0, help="G for N bodies")
@@ -85,7 +98,7 @@ def parse_args(argv):
     if args.iterations is None:
         args.iterations = preset["iterations"]
     if args.substeps is None:
-        args.substeps = preset["substeps"] or 0      # 0: the physics quality
+        args.substeps = preset["substeps"]          # None: the model's default (``_settings``)
     return args
 
 
@@ -94,13 +107,15 @@ def _say(text):
 
 
 def _settings(args):
+    """The LoopSettings of ``args`` in the open scene, the options not given from the model's defaults
+    (``scene_io.with_defaults``: the same as the panel's selection)."""
     names = tuple(n for arg in args.object for n in arg.split(",") if n)
     a, b = args.frames if args.frames else (None, None)
-    return scene_io.LoopSettings(objects=names, frame_start=a, frame_end=b, model=args.model, init=args.init,
-                                 scheme=args.scheme, substeps=args.substeps, iterations=args.iterations,
-                                 tolerance=args.tol, soft=args.soft, pin_group=args.pin_group,
-                                 collider_collection=args.colliders, bake_missing=args.bake,
-                                 gravitational_constant=args.gravitational_constant)
+    return scene_io.with_defaults(scene_io.LoopSettings(
+        objects=names, frame_start=a, frame_end=b, model=args.model, init=args.init, scheme=args.scheme,
+        substeps=args.substeps, iterations=args.iterations, tolerance=args.tol, soft=args.soft,
+        pin_group=args.pin_group, collider_collection=args.colliders, bake_missing=args.bake,
+        gravitational_constant=args.gravitational_constant))
 
 
 def _check_outputs(args):

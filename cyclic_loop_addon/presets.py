@@ -1,22 +1,24 @@
 """Quick preview and final quality: the solver settings of each, for the panel and for bake.py."""
 import bpy
 
-from .scene_io import physics_modifier
+from .scene_io import physics_defaults
 from .vocabulary import ITERATIONS
 
-# substeps None: from the physics quality (the modifier's own steps per frame)
+# substeps None: the model's own default (vocabulary.MODEL_DEFAULTS: one per frame for Blender cloth, the
+# physics' steps for thin shells)
 PRESETS = {
     "preview": dict(label="Quick Preview", iterations=8, substeps=1,
                     description="A rough loop in a fraction of the time: 8 iterations, one step per frame"),
     "final": dict(label="Final", iterations=ITERATIONS, substeps=None,
-                  description=f"The full solve: {ITERATIONS} iterations, the physics' own steps per frame"),
+                  description=f"The full solve: up to {ITERATIONS} iterations, the model's default steps per "
+                  "frame"),
 }
 
 
-def substeps_of(preset, quality):
-    """The preset's sub-steps for a simulation of ``quality`` steps per frame."""
+def substeps_of(preset, default):
+    """The preset's sub-steps where the model's default is ``default`` steps per frame."""
     value = PRESETS[preset]["substeps"]
-    return quality if value is None else value
+    return default if value is None else value
 
 
 class CYCLICLOOP_OT_preset(bpy.types.Operator):
@@ -40,10 +42,9 @@ class CYCLICLOOP_OT_preset(bpy.types.Operator):
     def execute(self, context):
         obj = context.active_object
         settings = obj.cyclic_loop_settings
-        mod = physics_modifier(obj)
-        quality = mod.settings.quality if mod is not None and mod.type == "CLOTH" else 1
+        default = physics_defaults([obj], settings.model, context.scene).substeps
         settings.max_iters = PRESETS[self.preset]["iterations"]
-        settings.substeps = substeps_of(self.preset, quality)
+        settings.substeps = substeps_of(self.preset, default)
         return {"FINISHED"}
 
 

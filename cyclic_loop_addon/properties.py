@@ -4,8 +4,8 @@ from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, I
                        StringProperty)
 
 from .outputs import PANEL_OUTPUTS
-from .scene_io import physics_modifier
-from .vocabulary import INITS, ITERATIONS, METHODS, MODELS, SCHEMES
+from .scene_io import physics_defaults, physics_modifier
+from .vocabulary import INITS, ITERATIONS, METHODS, MODELS, SCHEMES, SOFTNESS
 
 
 class CyclicLoopSettings(bpy.types.PropertyGroup):
@@ -33,10 +33,11 @@ class CyclicLoopSettings(bpy.types.PropertyGroup):
     hard_initial: BoolProperty(name="Hard Initial Conditions", default=True,
                                description="Start with the first two frames of the loop exactly as simulated; if the "
                                "loop then still shows its wrap, they may move a few millimetres to hide it (the "
-                               "report says how far). Off: they may move from the start, by Softness")
-    soft_weight: FloatProperty(name="Softness", default=1e-3, min=1e-9, soft_max=1.0, precision=6,
+                               "report says how far). Off: they may move from the start, by Softness "
+                               "(off by default for Blender cloth)")
+    soft_weight: FloatProperty(name="Softness", default=SOFTNESS, min=1e-9, soft_max=1e5, precision=3,
                                description="How far the first two frames may move when not kept exactly "
-                               "(larger: freer)")
+                               f"(larger: freer; {SOFTNESS:g} lets a cloth find a motion that closes)")
     max_iters: IntProperty(name="Iterations", default=ITERATIONS, min=1, max=10000,
                            description="At most this many optimizing steps: more is closer to physics "
                            "and slower")
@@ -88,35 +89,23 @@ class CyclicLoopRun(bpy.types.PropertyGroup):
     range_set: BoolProperty(default=False)
 
 
-# The first part of a physics cache is its settle from rest (a flag starts flat and still): not part of a
-# motion that can loop. The default loop range skips this fraction of the cache.
-SETTLE_FRACTION = 1 / 3
-
-
-def loop_range(first, last):
-    """The default loop frames of a cache of frames first..last: its end, without the settle from rest."""
-    return first + int((last - first + 1) * SETTLE_FRACTION), last
-
-
 def fill_from_physics(settings, obj, scene):
-    """Defaults from the object's physics modifier: frame range of its cache (without the settle from
-    rest, ``loop_range``), model, pin group, substeps (cloth quality steps), collider collection and, for
-    cloth, Blender's own cache as the initial guess; the scheme stays "auto" (the model's own)."""
-    settings.frame_start, settings.frame_end = scene.frame_start, scene.frame_end
+    """Defaults from the object's physics (``scene_io.physics_defaults``, the one table of each model's
+    defaults): the cache's frames without the settle from rest, model, pin group and collider collection
+    of its modifier, initial guess, sub-steps and initial conditions; the scheme stays "auto"."""
     mod = physics_modifier(obj)
+    defaults = physics_defaults([obj], settings.model if mod is None else "auto", scene)
+    settings.frame_start, settings.frame_end = defaults.frame_start, defaults.frame_end
     if mod is not None:
-        cache = mod.point_cache
-        settings.frame_start, settings.frame_end = loop_range(cache.frame_start, cache.frame_end)
+        settings.model = defaults.model
         if mod.type == "CLOTH":
-            settings.init = "cache"
-            settings.model = "blender_cloth"
             settings.pin_group = mod.settings.vertex_group_mass
-            settings.substeps = mod.settings.quality
             settings.colliders = mod.collision_settings.collection
         else:
-            settings.model = "soft_body"
             settings.pin_group = mod.settings.vertex_group_goal
-            settings.substeps = 1
+    settings.init, settings.substeps = defaults.init, defaults.substeps
+    settings.hard_initial = defaults.soft == 0
+    settings.soft_weight = defaults.soft or SOFTNESS
     settings.initialized = True
 
 

@@ -11,7 +11,7 @@ refuses, in the user's terms, what cannot be looped. ``solver_core/blender_scene
 models and the LoopProblem (in seconds: Blender's cloth and soft body integrate in frames, times their
 speed setting, with gravity scaled by 0.001; their mapped models reproduce that).
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import bpy
 import numpy as np
@@ -19,7 +19,7 @@ import numpy as np
 from . import limits, writeback
 from .errors import LoopInputError
 from .solver import sc
-from .vocabulary import ITERATIONS, MODELS, SCHEME_OF_MODEL, names
+from .vocabulary import ITERATIONS, MODEL_DEFAULTS, MODELS, SCHEME_OF_MODEL, loop_range, names
 
 PIN_WEIGHT = 0.999      # Blender's SOFTGOALSNAP: goal weights from here on pin a vertex exactly
 EXPLODED = 1000.0           # a cache spreading over this many times the rest size has blown up
@@ -33,6 +33,8 @@ class LoopSettings:
     settings (Cloth quality); ``pin_group`` "" takes the
     modifier's own pin / goal group; ``collider_collection`` "" takes the objects with a Collision
     modifier that the simulation sees. ``soft`` > 0 makes the first two frames soft constraints.
+    ``with_defaults`` fills ``init``, ``substeps``, ``soft`` and the frames, when None, with the model's
+    defaults (``physics_defaults``), as bake.py and the panel's selection do.
     """
     objects: tuple = ()
     frame_start: int = None
@@ -143,6 +145,48 @@ def _frame_range(settings, scene, objects):
     scheme = SCHEME_OF_MODEL.get(model, "backward") if settings.scheme == "auto" else settings.scheme
     limits.check_memory(count, substeps, n, scheme, velocity_terms=model == "blender_cloth")
     return np.arange(start, end + 1, step)
+
+
+@dataclass
+class Defaults:
+    """A loop's defaults from its objects' physics: the model, loop frames and ``MODEL_DEFAULTS``' solver
+    settings (``substeps`` counted: 0 turned into the physics' own steps per frame)."""
+    model: str
+    frame_start: int
+    frame_end: int
+    init: str
+    substeps: int
+    soft: float
+
+
+def physics_defaults(objects, model="auto", scene=None):
+    """The ``Defaults`` of a loop of ``objects`` (bpy objects) as ``model`` ("auto": their physics'): the
+    cache's frames without the settle from rest (``loop_range``; no physics modifier: the scene range)."""
+    scene = scene or bpy.context.scene
+    mod = physics_modifier(objects[0]) if len(objects) == 1 else None
+    if model == "auto":
+        model = "nbody" if mod is None else "blender_cloth" if mod.type == "CLOTH" else "soft_body"
+    first, last = scene.frame_start, scene.frame_end
+    if mod is not None:
+        first, last = loop_range(mod.point_cache.frame_start, mod.point_cache.frame_end)
+    own = 1
+    if mod is not None and mod.type == "CLOTH":
+        own = max(scene.frame_step, 1) * max(int(mod.settings.quality), 1)
+    table = MODEL_DEFAULTS[model]
+    return Defaults(model, first, last, table["init"], table["substeps"] or own, table["soft"])
+
+
+def with_defaults(settings, context=None):
+    """``settings`` with its None frames, ``init``, ``substeps`` and ``soft`` from ``physics_defaults``
+    of its objects; LoopInputError for objects that are not in the file or a model that is not known."""
+    context = context or bpy.context
+    if settings.model not in names(MODELS):
+        raise LoopInputError(f"unknown model {settings.model!r}; choose one of {', '.join(names(MODELS))}")
+    defaults = physics_defaults(_chosen_objects(settings, context), settings.model, context.scene)
+    values = {key: getattr(defaults, key) for key in ("init", "substeps", "soft") if getattr(settings, key) is None}
+    if settings.frame_start is None and settings.frame_end is None:
+        values.update(frame_start=defaults.frame_start, frame_end=defaults.frame_end)
+    return replace(settings, **values)
 
 
 def physics_modifier(obj):

@@ -18,6 +18,7 @@ from cyclic_loop_addon import scene_io  # noqa: E402
 # sample name -> objects to loop
 SAMPLES = {
     "flag": ("Flag",),
+    "flag_gusts": ("Flag",),
     "swing": ("Sheet",),
     "softbody": ("Ball",),
     "ribbons": ("Ribbons",),

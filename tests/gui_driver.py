@@ -204,7 +204,9 @@ def steps():
         yield
     settings = obj.cyclic_loop_settings
     result["on_select"] = dict(initialized=settings.initialized, frames=[settings.frame_start, settings.frame_end],
-                               model=settings.model, substeps=settings.substeps, message=run.message,
+                               model=settings.model, substeps=settings.substeps, init=settings.init,
+                               hard_initial=settings.hard_initial, soft_weight=settings.soft_weight,
+                               message=run.message,
                                can_make_loop=bpy.ops.cyclic_loop.make_loop.poll())
     mod = next(m for m in obj.modifiers if m.type == "CLOTH")
     result["cache"] = dict(frames=[mod.point_cache.frame_start, mod.point_cache.frame_end],
@@ -212,7 +214,8 @@ def steps():
     screenshot("panel_before")
     settings.frame_start = scene["loop_frames"][0]
     settings.frame_end = settings.frame_start + N_FRAMES - 1
-    settings.substeps, settings.max_iters = 1, MAX_ITERS
+    # hard first frames: on these 12 frames the cloth's default soft ones (eps 1000) crawl past 50 iterations
+    settings.substeps, settings.max_iters, settings.hard_initial = 1, MAX_ITERS, True
     original = snapshot(obj)
     result["range_before"] = [scene.frame_start, scene.frame_end]
 

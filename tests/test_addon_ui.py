@@ -14,6 +14,9 @@ bpy = pytest.importorskip("bpy")
 addon_utils = pytest.importorskip("addon_utils")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+from cyclic_loop_addon import bake  # noqa: E402
 SAMPLES = os.path.join(ROOT, "sample_scenes")
 REPO = "cyclic_loop_test"
 MODULE = f"bl_ext.{REPO}.cyclic_loop"
@@ -94,16 +97,34 @@ def test_settings_default_from_physics_and_persist(installed, tmp_path):
     bpy.ops.cyclic_loop.physics_defaults()
     assert settings.model == "blender_cloth"
     assert settings.pin_group == mod.settings.vertex_group_mass != ""
-    assert settings.substeps == mod.settings.quality
     first, last = mod.point_cache.frame_start, mod.point_cache.frame_end
     assert (settings.frame_start, settings.frame_end) == (first + (last - first + 1) // 3, last)   # settled
-    assert settings.init == "cache"
+    # Blender cloth's defaults that finish: from the cache, on the frame grid, soft first frames of eps 1000
+    assert (settings.init, settings.substeps, settings.hard_initial, settings.soft_weight) == ("cache", 1, False,
+                                                                                              1000)
+    # bake.py without solver options or frames takes the same defaults (one table: vocabulary.MODEL_DEFAULTS)
+    baked = bake._settings(bake.parse_args(["bake.py", bpy.data.filepath, "--", "--object", obj.name]))
+    assert (baked.frame_start, baked.frame_end, baked.init, baked.substeps, baked.soft) == (
+        settings.frame_start, settings.frame_end, settings.init, settings.substeps, settings.soft_weight)
     settings.method, settings.max_iters, settings.scheme = "crossfade", 7, "backward"
     path, name = str(tmp_path / "saved.blend"), obj.name
     bpy.ops.wm.save_as_mainfile(filepath=path, copy=True)
     bpy.ops.wm.open_mainfile(filepath=path)
     saved = bpy.data.objects[name].cyclic_loop_settings
     assert (saved.method, saved.max_iters, saved.scheme, saved.initialized) == ("crossfade", 7, "backward", True)
+
+
+def test_presets_take_the_models_default_sub_steps(installed):
+    """Quick Preview: 8 iterations, one step per frame; Final: 50 iterations and the model's default steps
+    (vocabulary.MODEL_DEFAULTS: one per frame for Blender cloth, the cloth's quality for the thin shell)."""
+    obj, settings = open_sample("flag")
+    quality = obj.modifiers["Cloth"].settings.quality
+    assert quality > 1
+    for model, preset, expected in (("blender_cloth", "preview", (8, 1)), ("blender_cloth", "final", (50, 1)),
+                                    ("shell", "final", (50, quality)), ("shell", "preview", (8, 1))):
+        settings.model = model
+        assert bpy.ops.cyclic_loop.preset(preset=preset) == {"FINISHED"}
+        assert (settings.max_iters, settings.substeps) == expected, (model, preset)
 
 
 def test_make_loop_end_to_end_and_restore(installed):

@@ -26,7 +26,7 @@ def blender_run(*args, timeout=600, cwd=None):
                           capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
-SAMPLES = ("flag", "swing", "softbody", "ribbons", "planets")
+SAMPLES = ("flag", "flag_gusts", "swing", "softbody", "ribbons", "planets")
 
 
 @pytest.mark.parametrize("name", SAMPLES)

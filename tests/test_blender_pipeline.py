@@ -51,16 +51,26 @@ def test_gather_reads_each_sample(name):
     assert g.kind == "mesh" and g.n_written == len(obj.data.vertices)
     local = evaluated_local(obj, s.frame_start + 3)
     np.testing.assert_allclose(writeback.local_loop(g, g.source)[3], local, atol=1e-5)
-    expected = {"flag": {"Wind", "Gravity", "BlenderSpringTerm"}, "swing": {"Gravity", "BlenderSpringTerm"},
-                "softbody": {"ElasticTetTerm", "MeshContact", "Gravity"}, "ribbons": {"BlenderSpringTerm"}}[name]
+    wind_cloth = {"Wind", "Gravity", "BlenderSpringTerm"}
+    expected = {"flag": wind_cloth, "flag_gusts": wind_cloth,
+                "swing": {"Gravity", "BlenderSpringTerm"}, "softbody": {"ElasticTetTerm", "MeshContact", "Gravity"},
+                "ribbons": {"BlenderSpringTerm"}}[name]
     assert expected <= terms
-    pins = {"flag": 7, "swing": 2, "softbody": 0, "ribbons": 4}[name]
+    pins = {"flag": 7, "flag_gusts": 10, "swing": 2, "softbody": 0, "ribbons": 4}[name]
     assert len(prob.pins) == pins
     if name == "softbody":
         assert prob.n_vertices > g.n_written      # interior tet vertices follow the surface
     else:
         assert prob.substeps == obj.modifiers["Cloth"].settings.quality
         np.testing.assert_allclose(prob.model.mass, obj.modifiers["Cloth"].settings.mass)
+    if name == "flag_gusts":                      # the keyed gusts reach the wind term frame by frame
+        wind = next(t for t in prob.model.terms if type(t).__name__ == "Wind")
+        keyed = []
+        for frame in range(s.frame_start, s.frame_end + 1):
+            bpy.context.scene.frame_set(frame)
+            keyed.append(bpy.data.objects["Wind"].evaluated_get(bpy.context.evaluated_depsgraph_get()).field.strength)
+        assert wind.wind.shape == (n_frames, 3) and np.ptp(keyed) > 100
+        np.testing.assert_allclose(wind.wind @ [0.0, 1.0, 0.0], keyed, rtol=1e-5)     # it blows along +Y
     if name == "ribbons":                         # pins ride the circling handle, which repeats every 24 frames
         assert np.ptp(prob.pin_positions[:, :, 0]) > 0.5
         assert not any("transform" in note for note in g.notes)
@@ -317,6 +327,23 @@ def test_the_readme_main_jobs_loop_is_seamless_and_closer_to_physics_than_the_ca
     assert rep["loop"]["residual_rel_mean"] < rep["source"]["residual_rel_mean"]
 
 
+def test_bake_defaults_finish_a_seamless_loop_of_blender_cloth():
+    """bake.py without solver options takes Blender cloth's defaults (vocabulary.MODEL_DEFAULTS: from the
+    cache, one step per frame, soft first frames) and converges to a seamless loop closer to physics than
+    the cache; without --frames it loops the cache without its first third (the settle from rest)."""
+    open_sample("flag")
+    first, last = bpy.data.objects["Flag"].modifiers["Cloth"].point_cache.frame_start, bpy.context.scene.frame_end
+    plain = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Flag"]))
+    assert (plain.frame_start, plain.frame_end) == (first + (last - first + 1) // 3, last)
+    assert (plain.init, plain.substeps, plain.soft, plain.iterations) == ("cache", 1, 1000.0, 50)
+    settings = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Flag", "--frames", "49", "72"]))
+    gathered = scene_io.gather(settings)
+    rep = solve.report(gathered, solve.solve(gathered, settings))
+    assert rep["success"] and rep["gauss_newton_iterations"] < settings.iterations     # converged, not capped
+    assert rep["loop"]["velocity_jump_ratio"] <= 1.5
+    assert rep["loop"]["residual_rel_mean"] < rep["source"]["residual_rel_mean"]
+
+
 
 def test_headless_bake_end_to_end(tmp_path):
     """python bake.py scene.blend -- ...: gathers, solves, writes the .blend, .abc, .pc2, preview and report."""
@@ -362,7 +389,7 @@ def test_headless_bake_end_to_end(tmp_path):
     assert bad.returncode == 2 and "at least 4" in bad.stderr
 
 
-@pytest.mark.parametrize("name", ("flag", "swing", "softbody", "ribbons", "planets"))
+@pytest.mark.parametrize("name", ("flag", "flag_gusts", "swing", "softbody", "ribbons", "planets"))
 def test_bundled_sample_opens_in_the_bpy_module(name):
     """The committed samples (saved by Blender 3.4, the oldest supported) open in this bpy with their caches
     baked (tests/test_blender_executable.py opens them in Debian's Blender)."""

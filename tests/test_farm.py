@@ -65,7 +65,7 @@ def test_every_object_and_variant_is_one_task(batch_path, tmp_path):
         "--json", str(tmp_path / "out" / "props-Flag-draft.json"),
         "--init", "cache", "--iterations", "4", "--bake", "--skip-existing"]
     assert tasks[3].objects == "Sun,Planet" and tasks[3].bake_args()[-4:-2] == ["--soft", "0.001"]
-    assert "--frames" not in tasks[4].bake_args()   # no frames: bake.py takes the scene's range
+    assert "--frames" not in tasks[4].bake_args()   # no frames: bake.py takes its default range
 
 
 def test_command_runs_bake_py_in_background_blender(batch_path):
