@@ -21,6 +21,12 @@ INITS = ("fast_projection", "forward", "crossfade")
 # vs 8.7e3, 4 and 5 bodies (seed 2) 1.6e4 vs 5.5e5 and 1.2e4 vs 4.1e5: the order at 10 holds at 30;
 # at 5 iterations it picked the wrong one on the swinging cloth.
 RACE_ITERATIONS = 10
+# ... then the two lowest go on to this many iterations and the lower of them goes on. The swinging cloth
+# (scale 0.25) after 10 / 20 / 40 / 100 iterations: from fast projection's best iterate 43 / 19.0 / 8.5 /
+# 3.4, from the crossfade 323 / 16.1 / 6.9 / 2.2; from the former Gauss–Newton crawled to 1.47 in 1,000
+# iterations (the cloth pushed up 14 cm above its pins and back), from the latter it reaches 0.81 in 300
+# (the cloth held near flat).
+RACE_FINAL_ITERATIONS = 40
 # init="forward" races the forward clip and the clip with its closure defect blended in (closed_forward) for
 # this many iterations. Measured (loss after 10 / 20 iterations, clip vs blended, scale 0.25): flag 238 vs
 # 296 / 71 vs 11 (the clip goes on to a jump 83x the median at the wrap, loss 8.55; the blended one to a
@@ -140,7 +146,7 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
 
     ``init``: "fast_projection" (when it fails, the reason is in ``fallback_reason`` and Gauss–Newton
     runs RACE_ITERATIONS from the forward clip, from its crossfade and from fast projection's best
-    iterate, and goes on from the lowest loss), "forward" (FORWARD_RACE_ITERATIONS from the clip and from
+    iterate, the two lowest to RACE_FINAL_ITERATIONS, and goes on from the lowest loss), "forward" (FORWARD_RACE_ITERATIONS from the clip and from
     ``closed_forward``, ``init_used`` says which went on), "crossfade", or an array (n_frames or
     n_steps, n, 3). ``callback(info)`` gets phase, iteration and loss after every iteration and
     cancels when it ``halts`` (result.py): the best iterate so far is returned with ``cancelled=True``.
@@ -168,7 +174,8 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
     t0 = time.perf_counter()
     if len(guesses) > 1:
         iterations = FORWARD_RACE_ITERATIONS if init == "forward" else RACE_ITERATIONS
-        res.init_used, gn, run = _race(prob, guesses, backend, min(iterations, max_iters), tol, callback)
+        final = 0 if init == "forward" else min(RACE_FINAL_ITERATIONS, max_iters)
+        res.init_used, gn, run = _race(prob, guesses, backend, min(iterations, max_iters), tol, callback, final)
         res.initial_guess, res.initial_loss = guesses[res.init_used], run.history[0]["loss"]
         if run.stop_reason == "max_iters" and max_iters > run.nit:
             run = _run_on(gn, run, max_iters - run.nit, tol, callback)
@@ -214,22 +221,33 @@ def _shifted(callback, offset):
     return lambda info: callback(dict(info, iteration=info["iteration"] + offset))
 
 
-def _race(prob, guesses, backend, iterations, tol, callback):
+def _race(prob, guesses, backend, iterations, tol, callback, final=0):
     """Gauss–Newton for ``iterations`` from each guess: (name, GaussNewton, its Result) of the lower loss
-    (of the first cancelled run, if one is). A direct solve is shared by the runs: one symbolic analysis
-    (CHOLMOD's costs 0.12-0.17 s on 5 bodies, more than 10 of their iterations)."""
+    (of the first cancelled run, if one is); with ``final`` > ``iterations`` the two lowest go on to
+    ``final`` iterations first. A direct solve is shared by the runs: one symbolic analysis (CHOLMOD's
+    costs 0.12-0.17 s on 5 bodies, more than 10 of their iterations)."""
     if choose_backend(prob, backend) in ("auto", "cholmod", "scipy"):
         backend = make_backend(choose_backend(prob, backend))
-    best, offset = None, 0
+    runs, offset = [], 0
     for name, q0 in guesses.items():
         gn = GaussNewton(prob, backend)
         run = gn.run(q0, max_iters=iterations, tol=tol, callback=_shifted(callback, offset))
         offset += run.nit
         if run.cancelled:
             return name, gn, run
-        if best is None or run.history[-1]["loss"] < best[2].history[-1]["loss"]:
-            best = (name, gn, run)
-    return best
+        runs.append((name, gn, run))
+    runs.sort(key=lambda r: r[2].history[-1]["loss"])
+    if final > iterations:
+        for k, (name, gn, run) in enumerate(runs[:2]):
+            if run.stop_reason == "max_iters":
+                done = run.nit
+                run = _run_on(gn, run, final - done, tol, _shifted(callback, offset - done))
+                offset += run.nit - done
+                if run.cancelled:
+                    return name, gn, run
+                runs[k] = (name, gn, run)
+        runs[:2] = sorted(runs[:2], key=lambda r: r[2].history[-1]["loss"])
+    return runs[0]
 
 
 def _run_on(gn, run, iterations, tol, callback):
