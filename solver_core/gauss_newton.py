@@ -141,10 +141,11 @@ class GaussNewton:
             damping=_DAMPING0, ftol=FTOL):
         """Iterate from ``q0`` (n_steps, n, 3) until the relative loss decrease, or the decrease the
         undamped model still predicts, is below ``tol``; the decrease still to come (``remaining``) is
-        below ``ftol`` of the loss; the step is below ``step_tol`` relative to |q|; or ``max_iters``. ``stop_reason`` says which ("tol", "step_tol", "max_iters", "no_progress",
-        "cancelled"). Returns a ``Result`` whose ``x`` is the best iterate (the last one: the loss never
-        increases). A ``callback(info)`` that ``halts`` stops after that iteration. ``damping``: lambda
-        at the start (a run that goes on from another's iterate passes that run's last)."""
+        below ``ftol`` of the loss; the step is below ``step_tol`` relative to |q|; or ``max_iters``.
+        ``stop_reason`` says which ("tol", "step_tol", "max_iters", "no_progress", "cancelled"). Returns
+        a ``Result`` whose ``x`` is the best iterate (the last one: the loss never increases). A
+        ``callback(info)`` that ``halts`` stops after that iteration. ``damping``: lambda at the start (a
+        run that goes on from another's iterate passes that run's last)."""
         prob = self.prob
         q = prob.apply_constraints(prob.check_trajectory(q0, "initial guess"))
         free = np.flatnonzero(prob.free_mask())

@@ -146,12 +146,14 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
 
     ``init``: "fast_projection" (when it fails, the reason is in ``fallback_reason`` and Gauss–Newton
     runs RACE_ITERATIONS from the forward clip, from its crossfade and from fast projection's best
-    iterate, the two lowest to RACE_FINAL_ITERATIONS, and goes on from the lowest loss), "forward" (FORWARD_RACE_ITERATIONS from the clip and from
-    ``closed_forward``, ``init_used`` says which went on), "crossfade", or an array (n_frames or
-    n_steps, n, 3). ``callback(info)`` gets phase, iteration and loss after every iteration and
-    cancels when it ``halts`` (result.py): the best iterate so far is returned with ``cancelled=True``.
+    iterate, the two lowest to RACE_FINAL_ITERATIONS, and goes on from the lowest loss), "forward"
+    (FORWARD_RACE_ITERATIONS from the clip and from ``closed_forward``, ``init_used`` says which went
+    on), "crossfade", or an array (n_frames or n_steps, n, 3). ``callback(info)`` gets phase, iteration
+    and loss after every iteration and cancels when it ``halts`` (result.py): the best iterate so far is
+    returned with ``cancelled=True``.
     Gauss–Newton stops when the loss, or the decrease its model still predicts, falls by less than
-    ``tol`` relative per iteration, or at ``max_iters``; ``status``, ``success`` and ``message`` say
+    ``tol`` relative per iteration, when a linear crawl has settled (``gauss_newton.remaining``), or at
+    ``max_iters``; ``status``, ``success`` and ``message`` say
     whether the loop converged and whether its wrap can be seen. When it converged under hard initial
     conditions with a visible wrap, Gauss–Newton goes on (within ``max_iters``) with soft ones of eps
     ``relax`` (``RELAX_EPS``; None or 0 keeps them hard): ``initial_conditions`` says which held and
@@ -183,7 +185,8 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
         run = GaussNewton(prob, backend).run(q0, max_iters=max_iters, tol=tol, callback=callback)
     res.initial_conditions = "hard" if all(prob.hard()) else "soft"
     if (relax and res.initial_conditions == "hard" and run.stop_reason in ("tol", "step_tol")
-            and max_iters > run.nit and not _seamless(loop_metrics(prob, run.x)) and not pins_jump(prob, run.x)):
+            and max_iters > run.nit and not _seamless(loop_metrics(prob, run.x))
+            and not pins_jump(prob, run.x)):   # soft conditions cannot hide the pins' own jump
         run = _run_on(GaussNewton(prob.softened(relax), backend), run, max_iters - run.nit, tol, callback)
         res.initial_conditions = f"soft (eps {relax:g}) after hard ones left a visible wrap"
     free = prob.free_vertices()
@@ -211,7 +214,8 @@ def pins_jump(prob, q):
     alone[:, prob.pins] = frames[:, prob.pins]
     pos, vel = seam_statistics(frames, prob.dt)
     pin_pos, pin_vel = seam_statistics(alone, prob.dt)
-    return max(pin_pos[0] / max(np.median(pos), 1e-300), pin_vel[0] / max(np.median(vel), 1e-300)) > SEAMLESS_RATIO
+    ratios = pin_pos[0] / max(np.median(pos), 1e-300), pin_vel[0] / max(np.median(vel), 1e-300)
+    return max(ratios) > SEAMLESS_RATIO
 
 
 def _shifted(callback, offset):
