@@ -8,7 +8,7 @@ from .fast_projection import FastProjectionDiverged, fast_projection
 from .forward import SimulationFailed, simulate
 from .gauss_newton import GaussNewton, choose_backend
 from .linsolve import make_backend
-from .metrics import loop_metrics, seam_statistics
+from .metrics import loop_metrics, seam_statistics, wrap_ratio
 from .residual import loss
 from .result import CANCELLED, CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, Result
 
@@ -200,7 +200,7 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
 
 def _seamless(metrics):
     """True when the wrap's velocity and position jumps are within SEAMLESS_RATIO of the median boundary's."""
-    return max(metrics["velocity_jump_ratio"], metrics["position_jump_ratio"]) <= SEAMLESS_RATIO
+    return wrap_ratio(metrics) <= SEAMLESS_RATIO
 
 
 def pins_jump(prob, q):

@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 
 from . import font_atlas
-from .metrics import seam_statistics
+from .metrics import jump_ratios
 from .seam_plot import tracked_vertices
 
 WHITE, FRAME, TEXT, MUTED = (255, 255, 255), (200, 200, 200), (30, 30, 30), (110, 110, 110)
@@ -86,12 +86,6 @@ class Canvas:
         return np.clip(np.round(self.rgb), 0, 255).astype(np.uint8)
 
 
-def _wrap_ratio(q, dt):
-    """The wrap's position or velocity jump over the median frame boundary's, the larger (about 1: the
-    wrap cannot be seen; solver_core.verdict judges by the same)."""
-    return max(jumps[0] / max(np.median(jumps), 1e-300) for jumps in seam_statistics(q, dt))
-
-
 def seam_picture(cache, loop, dt, vertices=None, scale=1, compact=False):
     """The picture as an (H, W, 3) uint8 array: columns "cache played as a loop" and "the loop" (each
     (N, n, 3) frames ``dt`` seconds apart), rows the tracked vertices' position along the axis they move
@@ -122,7 +116,7 @@ def seam_picture(cache, loop, dt, vertices=None, scale=1, compact=False):
     for c, (label, q) in enumerate(columns):
         x_mid = margin + c * (plot_w + gap) + plot_w // 2
         canvas.text(x_mid, y, label, size, align="center")
-        ratio = _wrap_ratio(q, dt)
+        ratio = max(jump_ratios(q, dt))   # solver_core.verdict judges by the same
         canvas.text(x_mid, y + line, f"wrap {ratio:.1f}×" if compact else f"wrap jump {ratio:.1f}× a frame", size,
                     color=WRAP if ratio > 1.5 else MUTED, align="center")
     y += 2 * line + 4 * u

@@ -3,15 +3,11 @@ finish. Each verdict is a headline and a detail line, each at most LINE_CHARS ch
 Blender's sidebar at its default size).
 """
 from .loop import CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, SEAMLESS_RATIO
+from .metrics import wrap_ratio
 
 LINE_CHARS = 26
 FELL_BACK = {"cache": "Fell back to the cache", "crossfade": "Fell back to a crossfade",
              "forward": "Fell back to simulation"}
-
-
-def _wrap_ratio(metrics):
-    """How much larger the wrap's jump is than an ordinary frame boundary's (1: invisible)."""
-    return max(metrics["velocity_jump_ratio"], metrics["position_jump_ratio"])
 
 
 def _times(x):
@@ -29,7 +25,7 @@ def verdict(report):
     ``headline`` and ``detail``."""
     src, loop = report["source"], report["loop"]
     out = []
-    r, c = _wrap_ratio(loop), _wrap_ratio(src)
+    r, c = wrap_ratio(loop), wrap_ratio(src)
     if r <= SEAMLESS_RATIO:
         better = c / max(r, 1e-12)
         out.append(dict(kind="good", headline="Seamless: yes",
