@@ -168,7 +168,7 @@ def run(args):
     _check_outputs(args)
     _check_objects(args)
     settings = _settings(args)
-    progress = Progress(settings.iterations)
+    progress = Progress(settings.iterations, settings.init)
     paths = {out.name: (getattr(args, out.name), f"--{out.name}") for out in OUTPUTS if getattr(args, out.name)}
     _say(f"{progress.line()} ({source})")
     job = pipeline.prepare(settings, paths, overwrite=args.overwrite, may_replace_input=("--output",))

@@ -91,7 +91,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             self.report({"WARNING"}, "A loop is already being made; wait for it or cancel it")
             return {"CANCELLED"}
         settings = context.active_object.cyclic_loop_settings
-        run, self._progress, self._writing = context.scene.cyclic_loop_run, Progress(settings.max_iters), False
+        run, self._progress, self._writing = context.scene.cyclic_loop_run, Progress(settings.max_iters, settings.init), False
         run.running, run.phase, run.progress, run.percent, run.message = True, "gather", 0.0, 0, ""
         run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
         context.workspace.status_text_set(STATUS_HINT)
@@ -170,7 +170,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         remember(context.scene, TARGETS, [bpy.data.objects[name] for name in _job.gathered.object_names])
         self._method, self._set_range, self._shown = settings.method, settings.set_scene_range, None
         if not hasattr(self, "_progress"):     # execute: no gather phase shown
-            self._progress = Progress(settings.max_iters)
+            self._progress = Progress(settings.max_iters, settings.init)
         self._progress.update("")
         run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, self._progress.shown
         run.percent = round(100 * run.progress)

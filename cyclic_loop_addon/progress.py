@@ -44,15 +44,16 @@ class Progress:
     """The progress of one run with up to ``max_iters`` optimizing iterations after an initial guess (fast
     projection counts up to FP_ITERATIONS iterations; the other guesses are instant). After fast
     projection the optimizing budget includes the race of make_loop's fallback (RACE_ITERATIONS from a
-    second guess), whose iterations the solver counts on.
+    second guess), whose iterations the solver counts on. ``init`` "cache_or_forward" makes two runs
+    (``solver_core.clip_loop.runs``), counted on as one.
 
     ``update(phase, iteration)`` after each solver callback. Each phase fills its own share from where
     the previous one stopped, so a fast projection that gives up early moves on without a jump, and
     between callbacks ``shown`` moves on at the iterations' own pace; the time left is that pace times
     the iterations left (an upper estimate: the solver may converge sooner)."""
 
-    def __init__(self, max_iters, clock=time.monotonic):
-        self.max_iters = max(int(max_iters), 1)
+    def __init__(self, max_iters, init="", clock=time.monotonic):
+        self.max_iters = max(int(max_iters), 1) * sc.clip_loop.runs(init)
         self.clock = clock
         self.started = clock()
         self.phase = "gather"

@@ -218,7 +218,7 @@ def pins_jump(prob, q):
     return max(ratios) > SEAMLESS_RATIO
 
 
-def _shifted(callback, offset):
+def shifted_callback(callback, offset):
     """``callback`` seeing iteration numbers shifted by ``offset`` (None stays None)."""
     if callback is None:
         return None
@@ -235,7 +235,7 @@ def _race(prob, guesses, backend, iterations, tol, callback, final=0):
     runs, offset = [], 0
     for name, q0 in guesses.items():
         gn = GaussNewton(prob, backend)
-        run = gn.run(q0, max_iters=iterations, tol=tol, callback=_shifted(callback, offset))
+        run = gn.run(q0, max_iters=iterations, tol=tol, callback=shifted_callback(callback, offset))
         offset += run.nit
         if run.cancelled:
             return name, gn, run
@@ -245,7 +245,7 @@ def _race(prob, guesses, backend, iterations, tol, callback, final=0):
         for k, (name, gn, run) in enumerate(runs[:2]):
             if run.stop_reason == "max_iters":
                 done = run.nit
-                run = _run_on(gn, run, final - done, tol, _shifted(callback, offset - done))
+                run = _run_on(gn, run, final - done, tol, shifted_callback(callback, offset - done))
                 offset += run.nit - done
                 if run.cancelled:
                     return name, gn, run
@@ -257,7 +257,7 @@ def _race(prob, guesses, backend, iterations, tol, callback, final=0):
 def _run_on(gn, run, iterations, tol, callback):
     """Continue ``gn`` from its Result ``run`` for up to ``iterations`` more: the Result of both as one run."""
     done, seconds = run.history[-1]["iteration"], run.history[-1]["seconds"]
-    more = gn.run(run.x, max_iters=iterations, tol=tol, callback=_shifted(callback, done),
+    more = gn.run(run.x, max_iters=iterations, tol=tol, callback=shifted_callback(callback, done),
                   damping=run.history[-1]["damping"])   # as if it had never stopped
     more.history = run.history + [dict(h, iteration=h["iteration"] + done, seconds=h["seconds"] + seconds)
                                   for h in more.history[1:]]

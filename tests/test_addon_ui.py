@@ -99,9 +99,10 @@ def test_settings_default_from_physics_and_persist(installed, tmp_path):
     assert settings.pin_group == mod.settings.vertex_group_mass != ""
     first, last = mod.point_cache.frame_start, mod.point_cache.frame_end
     assert (settings.frame_start, settings.frame_end) == (first + (last - first + 1) // 3, last)   # settled
-    # Blender cloth's defaults that finish: from the cache, on the frame grid, soft first frames of eps 1000
-    assert (settings.init, settings.substeps, settings.hard_initial, settings.soft_weight) == ("cache", 1, False,
-                                                                                              1000)
+    # Blender cloth's defaults that finish: from the cache and the solver's own simulation, on the frame
+    # grid, soft first frames of eps 1000
+    assert (settings.init, settings.substeps, settings.hard_initial, settings.soft_weight) == (
+        "cache_or_forward", 1, False, 1000)
     # bake.py without solver options or frames takes the same defaults (one table: vocabulary.MODEL_DEFAULTS)
     baked = bake._settings(bake.parse_args(["bake.py", bpy.data.filepath, "--", "--object", obj.name]))
     assert (baked.frame_start, baked.frame_end, baked.init, baked.substeps, baked.soft) == (
