@@ -132,10 +132,15 @@ class GaussNewton:
         return self.backend.solve_system(H, g, damping)
 
     def _trial(self, q, d, free):
+        """(trial iterate, its loss, its residual (None if not finite)); the residual of an accepted trial is
+        the next linearization's."""
         trial = q.ravel().copy()
         trial[free] += d
         trial = trial.reshape(q.shape)
-        return trial, (loss(self.prob, trial) if np.all(np.isfinite(trial)) else np.inf)
+        if not np.all(np.isfinite(trial)):
+            return trial, np.inf, None
+        u = residual_steps(self.prob, trial)
+        return trial, loss(self.prob, trial, u=u), u
 
     def run(self, q0, max_iters=100, tol=1e-8, step_tol=1e-12, callback=None, phase="gauss_newton",
             damping=_DAMPING0, ftol=FTOL):
@@ -149,7 +154,8 @@ class GaussNewton:
         prob = self.prob
         q = prob.apply_constraints(prob.check_trajectory(q0, "initial guess"))
         free = np.flatnonzero(prob.free_mask())
-        current = loss(prob, q)
+        u = residual_steps(prob, q)
+        current = loss(prob, q, u=u)
         self.history = [dict(iteration=0, loss=current, damping=0.0, rho=0.0, step_norm=0.0,
                              seconds=0.0, phase=phase)]
         self.stop_reason = "max_iters"
@@ -159,17 +165,17 @@ class GaussNewton:
         restart = _DAMPING_MIN   # the damping after a rejected undamped step
         since = 0                # the history entry from which ``remaining`` looks (after the last tightening)
         for it in range(1, max_iters + 1):
-            g = self.backend.linearize(q, residual_steps(prob, q))
+            g = self.backend.linearize(q, u)
             solve, apply_h = self.backend.direction, self.backend.apply
             accepted, raises, smallest_gain = None, 0, np.inf
             for raises in range(_MAX_DAMPING_RAISES):
                 d = solve(g, lam)
                 predicted = -(float(g @ d) + 0.5 * float(d @ apply_h(d)))
-                trial, value = self._trial(q, d, free)
+                trial, value, trial_u = self._trial(q, d, free)
                 smallest_gain = min(smallest_gain, predicted)
                 rho = (current - value) / predicted if predicted > 0 else -np.inf
                 if rho > _ACCEPT:
-                    accepted = (trial, value)
+                    accepted = (trial, value, trial_u)
                     lam, grow = lam * max(1 / 3, 1 - (2 * rho - 1) ** 3), 2.0
                     if lam < _DAMPING_OFF:
                         restart, lam = (lam or restart), 0.0
@@ -185,7 +191,7 @@ class GaussNewton:
                 break
             step_norm = float(np.linalg.norm(d))
             flat = q.ravel()
-            previous, (q, current) = current, accepted
+            previous, (q, current, u) = current, accepted
             self.history.append(dict(iteration=it, loss=current, damping=lam, rho=rho, step_norm=step_norm,
                                      grad_norm=float(np.linalg.norm(g)), seconds=time.perf_counter() - t0,
                                      phase=phase, backend=self.backend.name))

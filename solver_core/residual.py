@@ -50,10 +50,11 @@ def penalty_terms(prob, q):
     return terms
 
 
-def loss(prob, q, with_penalty=True):
-    """E[q] = sum_j h/2 |u_j|^2_{M^-1} (+ the eq. 15 penalties when eps > 0 and ``with_penalty``)."""
+def loss(prob, q, with_penalty=True, u=None):
+    """E[q] = sum_j h/2 |u_j|^2_{M^-1} (+ the eq. 15 penalties when eps > 0 and ``with_penalty``); ``u``: the
+    residual ``residual_steps(prob, q)`` when the caller has it."""
     q = prob.check_trajectory(q)
-    u = residual_steps(prob, q)
+    u = residual_steps(prob, q) if u is None else u
     value = 0.5 * prob.h * np.sum(u * u / prob.model.mass[:, None])
     if with_penalty:
         for w, j, target in penalty_terms(prob, q):

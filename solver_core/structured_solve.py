@@ -335,13 +335,15 @@ class SweepPreconditioner:
         return op.restrict(X)
 
 
-def pcg(apply_a, b, apply_m, rtol, max_iters, eta=None):
+def pcg(apply_a, b, apply_m, rtol, max_iters, eta=None, pace=None):
     """Preconditioned conjugate gradients on A x = b from x = 0.
 
     Stops when |r| <= rtol |b| and, with ``eta``, the quadratic model Q(x) = x.A x / 2 - b.x has stopped
     improving, i (Q_{i-1} - Q_i) <= eta |Q_i| (Nash and Sofer's truncated-Newton test: a small residual
-    alone can stop on a direction that holds a few percent of the model's decrease). Returns (x, iterations,
-    converged); an unconverged x is still a descent direction for an SPD system."""
+    alone can stop on a direction that holds a few percent of the model's decrease). With ``pace`` it gives
+    up (unconverged) from iteration ``pace`` on when |r| has fallen slower than the geometric pace that
+    reaches rtol |b| at ``max_iters``. Returns (x, iterations, converged); an unconverged x is still a
+    descent direction for an SPD system."""
     x = np.zeros_like(b)
     r = b.copy()
     z = apply_m(r)
@@ -355,8 +357,11 @@ def pcg(apply_a, b, apply_m, rtol, max_iters, eta=None):
         x += alpha * p
         r -= alpha * ap
         previous, model = model, -0.5 * float(x @ (b + r))    # Q(x) = -x.(b + r) / 2, since A x = b - r
-        if np.linalg.norm(r) <= target and (eta is None or it * (previous - model) <= -eta * model):
+        rnorm = np.linalg.norm(r)
+        if rnorm <= target and (eta is None or it * (previous - model) <= -eta * model):
             return x, it, True
+        if pace is not None and it >= pace and rnorm > rtol ** (it / max_iters) * np.linalg.norm(b):
+            return x, it, False
         z = apply_m(r)
         rz, rz_old = r @ z, rz
         p = z + (rz / rz_old) * p

@@ -14,7 +14,7 @@ from solver_core.residual import residual_steps
 from solver_core.forward import simulate
 from solver_core.scenes import bench_speed
 from solver_core.scenes.bench_speed import cloth_grid, doughnut_problem
-from solver_core.structured_solve import LoopOperator, StructuredBackend, supports
+from solver_core.structured_solve import LoopOperator, StructuredBackend, pcg, supports
 
 
 def small_cloth(n_frames=8, eps=(0.0, 0.0), pins=(0, 2), floor=False, scheme="backward", seed=0):
@@ -184,3 +184,16 @@ def test_stabilized_sweep_blocks_are_stable_and_the_preconditioner_spd():
     x, y = rng.normal(size=(2, op.n_free))
     assert np.isclose(x @ pre.apply(y), y @ pre.apply(x), rtol=1e-10)
     assert x @ pre.apply(x) > 0 and y @ pre.apply(y) > 0
+
+
+def test_pcg_gives_up_when_slower_than_its_pace():
+    """``pace``: CG stops unconverged once its residual falls slower than the geometric pace to rtol at the cap
+    (a badly conditioned system), and still converges on a well-conditioned one."""
+    rng = np.random.default_rng(0)
+    b = rng.normal(size=500)
+    slow, fast = np.geomspace(1, 1e6, 500), np.linspace(1.0, 1.2, 500)
+    x, it, converged = pcg(lambda v: slow * v, b, lambda v: v, 1e-10, 12, pace=3)
+    assert not converged and it == 3
+    x, it, converged = pcg(lambda v: fast * v, b, lambda v: v, 1e-10, 12, pace=3)
+    assert converged and it <= 12
+    np.testing.assert_allclose(fast * x, b, rtol=0, atol=1e-9 * np.linalg.norm(b))
