@@ -1,4 +1,4 @@
-"""Finite-difference checks shared by the derivative tests."""
+"""Finite-difference checks shared by the derivative tests, and the small quad grid they build cloth on."""
 import numpy as np
 
 
@@ -57,3 +57,45 @@ def assert_velocity_jacobian_matches(term, q, v, t, eps=1e-6, rtol=1e-5):
         assert err < rtol, f"dG/d{which} mismatch: max relative error {err:.3e} (rtol {rtol:g})"
         errors.append(err)
     return errors
+
+
+def residual_jacobians(prob, q, eps=1e-6):
+    """(assembled, central-difference) residual Jacobians, dense, of ``prob`` at the trajectory ``q`` (active
+    rows, free columns)."""
+    from solver_core.residual import ResidualJacobian, residual_steps
+    jac = ResidualJacobian(prob)
+    J = jac.assemble(q).toarray()
+    fd = np.zeros_like(J)
+    for c, flat in enumerate(jac.free_flat):
+        dq = np.zeros(q.size)
+        dq[flat] = eps
+        up = jac.active_rows(residual_steps(prob, q + dq.reshape(q.shape)))
+        down = jac.active_rows(residual_steps(prob, q - dq.reshape(q.shape)))
+        fd[:, c] = (up - down) / (2 * eps)
+    return J, fd
+
+
+def quad_grid(nx, ny, size=0.2):
+    """Vertices (n, 3) and quads of an nx x ny grid in the xz plane (hanging from its top edge)."""
+    x, z = np.meshgrid(np.linspace(0, size * nx, nx + 1), np.linspace(0, -size * ny, ny + 1))
+    rest = np.stack([x.ravel(), np.zeros(x.size), z.ravel()], axis=1)
+    idx = np.arange(rest.shape[0]).reshape(ny + 1, nx + 1)
+    quads = np.stack([idx[:-1, :-1], idx[:-1, 1:], idx[1:, 1:], idx[1:, :-1]], -1).reshape(-1, 4)
+    return rest, [tuple(f) for f in quads]
+
+
+def assert_adjoint_gradient_matches(prob, scale, seed=5, eps=1e-6):
+    """The adjoint gradient of the closure mismatch G at random controls of size ``scale`` equals a central
+    difference along a random direction (the first control, before the first step, held)."""
+    import solver_core as sc
+    from solver_core.forward import mismatch, mismatch_gradient
+    L = prob.n_steps
+    rng = np.random.default_rng(seed)
+    u = scale * rng.normal(size=(L + 1, prob.n_vertices, 3))
+    q, factors = sc.simulate(prob, L + 2, u, keep_factors=True)
+    grad = mismatch_gradient(prob, q, factors)
+    du = rng.normal(size=u.shape)
+    du[0] = 0.0
+    fd = (mismatch(prob, sc.simulate(prob, L + 2, u + eps * du))
+          - mismatch(prob, sc.simulate(prob, L + 2, u - eps * du))) / (2 * eps)
+    assert abs(fd - np.sum(grad * du)) < 1e-6 * abs(fd)

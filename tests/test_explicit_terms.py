@@ -4,20 +4,9 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from derivatives import assembled_jacobians
+from derivatives import assembled_jacobians, assert_adjoint_gradient_matches, quad_grid, residual_jacobians
 from solver_core import scheme
-from solver_core.forward import mismatch, mismatch_gradient
 from solver_core.models.blender_cloth import BlenderAngularDampingTerm, BlenderAngularTerm
-from solver_core.residual import ResidualJacobian, residual_steps
-
-
-def quad_grid(nx, ny, size=0.2):
-    """Vertices (n, 3) and quads of an nx x ny grid in the xz plane."""
-    x, z = np.meshgrid(np.linspace(0, size * nx, nx + 1), np.linspace(0, -size * ny, ny + 1))
-    rest = np.stack([x.ravel(), np.zeros(x.size), z.ravel()], axis=1)
-    idx = np.arange(rest.shape[0]).reshape(ny + 1, nx + 1)
-    quads = np.stack([idx[:-1, :-1], idx[:-1, 1:], idx[1:, 1:], idx[1:, :-1]], -1).reshape(-1, 4)
-    return rest, [tuple(f) for f in quads]
 
 
 def blender_problem(pins=(0, 3), n_frames=4, bending="ANGULAR", scheme_name="linearized", **extra):
@@ -54,16 +43,7 @@ def test_residual_jacobian_matches_finite_differences(pins):
     prob = blender_problem(pins=pins)
     rng = np.random.default_rng(1)
     q = prob.apply_constraints(sc.simulate(prob) + 0.003 * rng.normal(size=(prob.n_steps, prob.n_vertices, 3)))
-    jac = ResidualJacobian(prob)
-    J = jac.assemble(q).toarray()
-    eps = 1e-6
-    fd = np.zeros_like(J)
-    for c, flat in enumerate(jac.free_flat):
-        dq = np.zeros(q.size)
-        dq[flat] = eps
-        up = jac.active_rows(residual_steps(prob, q + dq.reshape(q.shape)))
-        down = jac.active_rows(residual_steps(prob, q - dq.reshape(q.shape)))
-        fd[:, c] = (up - down) / (2 * eps)
+    J, fd = residual_jacobians(prob, q)
     assert np.abs(J - fd).max() < 1e-7 * np.abs(J).max()
     explicit_parts = [i for i, (o, _, _) in enumerate(scheme.derivative_pattern(prob)) if o == -1]
     assert explicit_parts      # the explicit damping's coupling to the previous step
@@ -71,17 +51,7 @@ def test_residual_jacobian_matches_finite_differences(pins):
 
 def test_adjoint_gradient_matches_finite_differences():
     prob = blender_problem()
-    L = prob.n_steps
-    rng = np.random.default_rng(5)
-    u = 0.05 * rng.normal(size=(L + 1, prob.n_vertices, 3))
-    q, factors = sc.simulate(prob, L + 2, u, keep_factors=True)
-    grad = mismatch_gradient(prob, q, factors)
-    du = rng.normal(size=u.shape)
-    du[0] = 0.0
-    eps = 1e-6
-    fd = (mismatch(prob, sc.simulate(prob, L + 2, u + eps * du))
-          - mismatch(prob, sc.simulate(prob, L + 2, u - eps * du))) / (2 * eps)
-    assert abs(fd - np.sum(grad * du)) < 1e-6 * abs(fd)
+    assert_adjoint_gradient_matches(prob, 0.05)
 
 
 def blender_like_steps(prob, n_states):

@@ -3,22 +3,13 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from derivatives import assembled_jacobians
+from derivatives import assembled_jacobians, quad_grid
 from solver_core.models.blender_cloth import SWEEP_BENDING, BlenderAngularTerm, BlenderSpringTerm
 from solver_core.gauss_newton import (AUTO_STRUCTURED_MIN_UNKNOWNS, AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY,
                                       GaussNewton, choose_backend)
 from solver_core.linsolve import REUSE_CG_ITERS, make_backend
 from solver_core.residual import ResidualJacobian, residual_steps
 from solver_core.structured_solve import LoopOperator, StructuredBackend, supports
-
-
-def quad_grid(nx, ny, size=0.2):
-    """Vertices (n, 3) and quads of an nx x ny grid in the xz plane (hanging from its top edge)."""
-    x, z = np.meshgrid(np.linspace(0, size * nx, nx + 1), np.linspace(0, -size * ny, ny + 1))
-    rest = np.stack([x.ravel(), np.zeros(x.size), z.ravel()], axis=1)
-    idx = np.arange(rest.shape[0]).reshape(ny + 1, nx + 1)
-    quads = np.stack([idx[:-1, :-1], idx[:-1, 1:], idx[1:, 1:], idx[1:, :-1]], -1).reshape(-1, 4)
-    return rest, [tuple(f) for f in quads]
 
 
 def blender_cloth(n_frames=6, scheme="linearized", eps=(0.0, 0.0), quality=2, bending="ANGULAR", seed=0,
