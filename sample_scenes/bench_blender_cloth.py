@@ -32,7 +32,7 @@ sys.path.insert(0, ROOT)
 import build_samples as bs  # noqa: E402
 from measure_blender_cloth import _quiet  # noqa: E402
 import solver_core as sc  # noqa: E402
-from cyclic_loop_addon import scene_io  # noqa: E402
+from cyclic_loop_addon import bake, scene_io  # noqa: E402
 
 # (quads x, quads y, size x, size y, pinned: "edge" or "corners", quality, loop frames)
 CASES = {"flag": (14, 9, 1.5, 0.9, "edge", 5, (30, 77)),
@@ -68,10 +68,10 @@ def build(name):
     return obj, time.perf_counter() - t0, last
 
 
-def forward_seconds(obj, frames):
-    """Seconds of one forward simulation of the loop problem gathered from the scene."""
-    settings = scene_io.LoopSettings(objects=(obj.name,), frame_start=frames[0], frame_end=frames[1])
-    prob = scene_io.gather(settings).problem
+def forward_seconds(obj, frames, options=()):
+    """Seconds of one forward simulation of the loop problem bake.py solves (its defaults and ``options``)."""
+    argv = ["bake.py", "--", "--object", obj.name, "--frames", str(frames[0]), str(frames[1]), *options]
+    prob = scene_io.gather(bake._settings(bake.parse_args(argv))).problem
     t0 = time.perf_counter()
     sc.simulate(prob)
     return time.perf_counter() - t0, prob
@@ -83,7 +83,7 @@ def run_case(name, folder, options=()):
     frames = CASES[name][-1]
     path = os.path.join(folder, f"{name}.blend")
     bpy.ops.wm.save_as_mainfile(filepath=path)
-    forward_s, prob = forward_seconds(obj, frames)
+    forward_s, prob = forward_seconds(obj, frames, options)
     report = os.path.join(folder, f"{name}.json")
     cmd = [sys.executable, "-c", _CHILD, os.path.join(ROOT, "cyclic_loop_addon", "bake.py"), path, "--",
            "--object", obj.name, "--frames", str(frames[0]), str(frames[1]),
