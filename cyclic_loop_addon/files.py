@@ -174,7 +174,8 @@ def all_or_nothing(outputs=(), report=None, keep=None):
     """Outputs written inside the block appear together when it ends without error; else none of them.
 
     On an exception the files of ``outputs`` that the block created or replaced (by any writer) are
-    removed, and then the (older) ``report``; ``keep`` (the input .blend) never is. Files that did not
+    removed, and then the (older) ``report``; a folder output (textures) the block made is removed once the
+    files waiting in it are, one that existed is left; ``keep`` (the input .blend) never is. Files that did not
     change are left alone, so bad input found before writing anything leaves every file as it was. A
     farm cancelling the task with SIGTERM gets the same clean-up (exit status 128 + 15) when this runs on
     the main thread."""
@@ -182,7 +183,7 @@ def all_or_nothing(outputs=(), report=None, keep=None):
     before = {p: _stamp(p) for p in paths}
     main = bool(paths) and threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if main else None
-    waiting = []
+    waiting, made_folders = [], []
     _pending.append(waiting)
     try:
         yield
@@ -191,10 +192,12 @@ def all_or_nothing(outputs=(), report=None, keep=None):
         for folder in {os.path.dirname(path) for _, path in waiting}:
             _fsync(folder, folder=True)
     except BaseException:
-        removed = [p for p in paths if _stamp(p) not in (None, before[p])]
+        changed = [p for p in paths if _stamp(p) not in (None, before[p])]
+        removed = [p for p in changed if not os.path.isdir(p)]
+        made_folders = [p for p in changed if os.path.isdir(p) and before[p] is None]
         for p in removed:
             os.remove(p)
-        if removed and report and os.path.isfile(report):
+        if (removed or made_folders) and report and os.path.isfile(report):
             os.remove(report)
         raise
     finally:
@@ -202,6 +205,9 @@ def all_or_nothing(outputs=(), report=None, keep=None):
         for tmp, _ in waiting:
             if os.path.exists(tmp):
                 os.remove(tmp)
+        for folder in made_folders:        # a folder output the block made: gone once its files are
+            if not os.listdir(folder):
+                os.rmdir(folder)
         if main:
             signal.signal(signal.SIGTERM, previous)
 

@@ -116,6 +116,18 @@ def test_folder_outputs_are_guarded_too(tmp_path):
     assert _tree(tmp_path) == before
 
 
+def test_a_failed_output_removes_the_texture_folder_it_created_and_says_why(tmp_path, capsys, monkeypatch):
+    """An output that fails after the VAT folder was made (three.js missing for --html) leaves no folder
+    behind and reports its own error, not the clean-up's."""
+    path = open_sample("flag", tmp_path)
+    monkeypatch.setenv("CYCLIC_LOOP_THREE", str(tmp_path / "no_three"))
+    before = _tree(tmp_path)
+    status, err = _bake([path, "--", *QUICK, "--vat", str(tmp_path / "textures"), "--html",
+                         str(tmp_path / "loop.html")], capsys)
+    assert status == 2 and "three.js" in err and "Directory" not in err, err
+    assert _tree(tmp_path) == before
+
+
 # ------------------------------------------------------------------------------------------------ full disk
 
 
