@@ -8,7 +8,7 @@ from .fast_projection import FastProjectionDiverged, fast_projection
 from .forward import SimulationFailed, simulate
 from .gauss_newton import GaussNewton, choose_backend
 from .linsolve import make_backend
-from .metrics import loop_metrics, seam_statistics, wrap_ratio
+from .metrics import jump_ratios, loop_metrics, seam_statistics, wrap_ratio
 from .residual import loss
 from .result import CANCELLED, CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, Result
 
@@ -185,7 +185,7 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
         run = GaussNewton(prob, backend).run(q0, max_iters=max_iters, tol=tol, callback=callback)
     res.initial_conditions = "hard" if all(prob.hard()) else "soft"
     if (relax and res.initial_conditions == "hard" and run.stop_reason in ("tol", "step_tol")
-            and max_iters > run.nit and not _seamless(loop_metrics(prob, run.x))
+            and max_iters > run.nit and max(jump_ratios(prob.frames_of(run.x), prob.dt)) > SEAMLESS_RATIO
             and not pins_jump(prob, run.x)):   # soft conditions cannot hide the pins' own jump
         run = _run_on(GaussNewton(prob.softened(relax), backend), run, max_iters - run.nit, tol, callback)
         res.initial_conditions = f"soft (eps {relax:g}) after hard ones left a visible wrap"
@@ -196,11 +196,6 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
                first_frame_shift=float(np.sqrt(np.mean(np.sum((run.x[0, free] - prob.r0[free]) ** 2, axis=-1)))))
     _verdict(prob, res, run.history, max_iters)
     return res
-
-
-def _seamless(metrics):
-    """True when the wrap's velocity and position jumps are within SEAMLESS_RATIO of the median boundary's."""
-    return wrap_ratio(metrics) <= SEAMLESS_RATIO
 
 
 def pins_jump(prob, q):
@@ -275,7 +270,7 @@ def _verdict(prob, res, history, max_iters):
             f"{before['velocity_jump_ratio']:.3g}x, {before['position_jump_ratio']:.3g}x)")
     control = (f"; the loop needs control forces {after['residual_rel_mean']:.2g} times the physical forces"
                if after["residual_rel_mean"] > 0.1 else "")
-    seamless = _seamless(after)
+    seamless = wrap_ratio(after) <= SEAMLESS_RATIO
     if res.initial_conditions.startswith("soft"):
         wrap += (f"; {res.initial_conditions}: the first frame moved {1e3 * res.first_frame_shift:.3g} mm RMS "
                  "from the clip's")

@@ -46,10 +46,15 @@ def relative_residual(prob, q):
     return un / np.maximum(at_play, 1e-3 * max(at_play.max(), 1e-300))
 
 
+def _ratio(jumps):
+    """The wrap's jump (the first boundary's) over the median boundary's."""
+    return float(jumps[0] / max(np.median(jumps), 1e-300))
+
+
 def jump_ratios(frames, dt):
     """(position, velocity) jump at the wrap of ``frames`` over the median frame boundary's: about 1 when the
     wrap cannot be seen."""
-    return tuple(float(jumps[0] / max(np.median(jumps), 1e-300)) for jumps in seam_statistics(frames, dt))
+    return tuple(_ratio(jumps) for jumps in seam_statistics(frames, dt))
 
 
 def wrap_ratio(metrics):
@@ -65,13 +70,11 @@ def loop_metrics(prob, q):
     sub-steps, the boundaries inside a frame are never seen, and a clip interpolated to sub-steps has none;
     residual_rel_mean / residual_rel_max (``relative_residual``); loss (E[q], no penalties)."""
     q = prob.check_trajectory(q)
-    frames = prob.frames_of(q)
-    pos, vel = seam_statistics(frames, prob.dt)
-    pos_ratio, vel_ratio = jump_ratios(frames, prob.dt)
+    pos, vel = seam_statistics(prob.frames_of(q), prob.dt)
     rel = relative_residual(prob, q)
     return dict(
         position_jump=float(pos[0]), velocity_jump=float(vel[0]),
-        position_jump_ratio=pos_ratio, velocity_jump_ratio=vel_ratio,
+        position_jump_ratio=_ratio(pos), velocity_jump_ratio=_ratio(vel),
         residual_rel_mean=float(rel.mean()), residual_rel_max=float(rel.max()),
         loss=loss(prob, q, with_penalty=False),
     )

@@ -212,18 +212,16 @@ class Model(ForceTerm):
         """``(implicit, explicit)`` at step ``h``: models of this mass, without drag, holding the force and
         velocity terms that the linearized scheme linearizes and those it takes at the step's start
         (``h <= explicit_step``); ``(self, None)`` when no term is explicit at ``h``."""
-        terms = self.terms + self.velocity_terms
-        explicit = {id(t) for t in terms if h <= t.explicit_step * (1 + 1e-9)}
-        key = frozenset(explicit)
-        if key not in self._split:
-            if not explicit:
-                self._split[key] = (self, None)
+        if h not in self._split:
+            groups = (self.terms, self.velocity_terms)
+            explicit = [[h <= t.explicit_step * (1 + 1e-9) for t in group] for group in groups]
+            if not any(map(any, explicit)):
+                self._split[h] = (self, None)
             else:
-                parts = [[t for t in group if (id(t) in explicit) == side]
-                         for side in (False, True) for group in (self.terms, self.velocity_terms)]
-                self._split[key] = (Model(self.mass, parts[0], None, parts[1]),
-                                    Model(self.mass, parts[2], None, parts[3]))
-        return self._split[key]
+                parts = [[t for t, e in zip(group, flags) if e == side]
+                         for side in (False, True) for group, flags in zip(groups, explicit)]
+                self._split[h] = (Model(self.mass, parts[0], None, parts[1]), Model(self.mass, parts[2], None, parts[3]))
+        return self._split[h]
 
     def velocity_forces(self, q, v, t):
         """Sum of the velocity terms' forces ``(B, n, 3)``."""
