@@ -9,6 +9,7 @@
 const OUTPUT_EXTENSIONS = { blend: ".blend", abc: ".abc", pc2: ".pc2", preview: ".png" };
 const OUTPUT_OPTIONS = { blend: "--output", abc: "--abc", pc2: "--pc2", preview: "--preview" };
 const LOOP = "C.object.cyclic_loop_settings";
+const MODEL_DEFAULT = { init: "auto", substeps: -1 };  // values that leave bake.py the model's default
 
 const JOB_TYPE = {
     label: "Cyclic Loop Bake",
@@ -26,12 +27,14 @@ const JOB_TYPE = {
           description: "Name of these settings, part of every output file name" },
         { key: "model", type: "string", default: "auto", eval: `${LOOP}.model`,
           choices: ["auto", "blender_cloth", "shell", "soft_body", "nbody"] },
-        { key: "init", type: "string", default: "fast_projection", eval: `${LOOP}.init`,
-          choices: ["fast_projection", "forward", "crossfade", "cache"] },
+        { key: "init", type: "string", default: "auto", eval: `${LOOP}.init`,
+          choices: ["auto", "fast_projection", "forward", "crossfade", "cache", "cache_or_forward"],
+          description: "Initial guess (auto: the model's default, cache_or_forward for Blender cloth)" },
         { key: "scheme", type: "string", default: "auto", eval: `${LOOP}.scheme`,
           choices: ["auto", "linearized", "backward", "symplectic"] },
-        { key: "substeps", type: "int32", default: 0, propargs: { min: 0, max: 64 }, eval: `${LOOP}.substeps`,
-          description: "Solver steps per frame (0: from the physics settings)" },
+        { key: "substeps", type: "int32", default: -1, propargs: { min: -1, max: 64 }, eval: `${LOOP}.substeps`,
+          description: "Solver steps per frame (-1: the model's default, one per frame for Blender cloth; "
+                       + "0: from the physics settings)" },
         { key: "iterations", type: "int32", default: 50, propargs: { min: 1, max: 10000 }, eval: `${LOOP}.max_iters`,
           description: "Maximum Gauss-Newton iterations" },
         { key: "outputs", type: "string", default: "blend,pc2",
@@ -74,7 +77,8 @@ function compileJob(job) {
     }
 }
 
-// bake.py's options for one object: those of a farm.py task of a variant with these five settings.
+// bake.py's options for one object: those of a farm.py task of a variant with these five settings; init
+// "auto" and substeps -1 are left to bake.py, which takes the model's defaults.
 function bakeArgs(settings, objects, frames, outputs, base) {
     let args = ["--object", objects, "--frames", String(frames[0]), String(frames[1])];
     for (const kind of outputs) {
@@ -82,7 +86,7 @@ function bakeArgs(settings, objects, frames, outputs, base) {
     }
     args.push("--json", base + ".json");
     for (const key of ["model", "init", "scheme", "substeps", "iterations"]) {
-        args.push("--" + key, String(settings[key]));
+        if (MODEL_DEFAULT[key] !== settings[key]) args.push("--" + key, String(settings[key]));
     }
     if (settings.bake) args.push("--bake");
     if (!settings.force) args.push("--skip-existing");

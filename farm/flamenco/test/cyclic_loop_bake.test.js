@@ -16,7 +16,9 @@ test("settings are shown with their defaults and evaluated from the active objec
     const byKey = Object.fromEntries(jobType.settings.map((s) => [s.key, s]));
     assert.equal(byKey.frames.eval, "f'{C.object.cyclic_loop_settings.frame_start}-{C.object.cyclic_loop_settings.frame_end}'");
     assert.equal(byKey.iterations.eval, "C.object.cyclic_loop_settings.max_iters");
-    assert.deepEqual([...byKey.init.choices], ["fast_projection", "forward", "crossfade", "cache"]);
+    assert.deepEqual([...byKey.init.choices],
+        ["auto", "fast_projection", "forward", "crossfade", "cache", "cache_or_forward"]);
+    assert.deepEqual([byKey.init.default, byKey.substeps.default], ["auto", -1]);
     assert.equal(byKey.output_dir.subtype, "dir_path");
 });
 
@@ -30,8 +32,18 @@ test("one blender task per object, each running bake.py with its own outputs and
         "--object", "Banner 2", "--frames", "49", "72",
         "--output", "/farm/loops/props-Banner_2-default.blend", "--pc2", "/farm/loops/props-Banner_2-default.pc2",
         "--json", "/farm/loops/props-Banner_2-default.json",
-        "--model", "auto", "--init", "cache", "--scheme", "auto", "--substeps", "0", "--iterations", "20",
+        "--model", "auto", "--init", "cache", "--scheme", "auto", "--iterations", "20",
         "--bake", "--skip-existing"]);
+});
+
+test("init auto and substeps -1 leave bake.py the model's defaults; other values are passed on", () => {
+    const { tasks } = compile(SCRIPT, { ...SETTINGS, init: "auto" });
+    const line = commandLine(tasks[0].commands[0]);
+    assert.ok(!line.includes("--init") && !line.includes("--substeps"), line.join(" "));
+    const { tasks: set } = compile(SCRIPT, { ...SETTINGS, init: "cache_or_forward", substeps: 0 });
+    const given = commandLine(set[0].commands[0]);
+    assert.deepEqual(given.slice(given.indexOf("--init"), given.indexOf("--init") + 2), ["--init", "cache_or_forward"]);
+    assert.deepEqual(given.slice(given.indexOf("--substeps"), given.indexOf("--substeps") + 2), ["--substeps", "0"]);
 });
 
 test("N bodies joined with + are one task; force and no bake drop their flags", () => {
