@@ -52,6 +52,7 @@ def test_damping_is_the_inertia_metric():
     np.testing.assert_allclose(H @ d + 0.5 * D * d, -g, atol=1e-8 * np.abs(g).max())
 
 
+@pytest.mark.usefixtures("fast_projection_on_n_bodies")
 def test_a_converged_loop_says_so():
     prob = nbody_problem(3, seed=4, perturbation=0.02)
     res = sc.make_loop(prob)
@@ -72,6 +73,7 @@ def test_swinging_cloth_from_make_loops_defaults_ends_seamless_and_stops_by_itse
     assert m["loss"] <= sc.loss(prob, clip) / 100 and m["loss"] <= sc.loss(prob, sc.crossfade_loop(clip)) / 10
 
 
+@pytest.mark.usefixtures("fast_projection_on_n_bodies")
 @pytest.mark.parametrize("n_bodies, seed", [(3, 9), (4, 6)])
 def test_nbody_loops_after_a_failed_projection_converge_in_few_iterations(n_bodies, seed, monkeypatch):
     # fast projection fails on both and the race runs; a rejected undamped step used to restart the damping
