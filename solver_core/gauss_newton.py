@@ -29,8 +29,10 @@ _ACCEPT = 1e-4            # a step is taken when the loss falls by this fraction
 # at scale 0.18, 154 -> 115 iterations (1e-3) for a loss 0.04% higher. A crawl can speed up again, so the
 # run stops only if the undamped Gauss–Newton model, at the next linearization, also predicts less than FTOL
 # of the loss: 4 bodies seed 4 from fast projection (soft phase) settled at 176 iterations while the model
-# still predicted 4.6% (the loss then fell 13% more, stopping by itself at 326: 0.001%); the swinging cloth
-# at scale 0.18 settled at 113 with the model predicting 0.02% (300 more iterations: 0.06% lower).
+# still predicted 4.6% (without the rule the loss fell 13% more, to the tolerance's stop at 326, where the
+# model predicted 0.001%); the swinging cloth
+# at scale 0.18 settled at 113 with the model predicting 0.02% (300 more iterations: 0.06% lower), at 0.25
+# at 377 with 0.22% (300 more: 0.21% lower); both stop there as before.
 WINDOW, FTOL = 10, 3e-3
 _FAILED_RAISES = 1        # an inexact direction whose first step was rejected counts as failed
 # "auto" uses the structured solve from this many free unknowns on. Measured (time to CHOLMOD's loss after
