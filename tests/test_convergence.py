@@ -52,6 +52,7 @@ def test_damping_is_the_inertia_metric():
     np.testing.assert_allclose(H @ d + 0.5 * D * d, -g, atol=1e-8 * np.abs(g).max())
 
 
+@pytest.mark.usefixtures("fast_projection_on_n_bodies")
 def test_a_converged_loop_says_so():
     prob = nbody_problem(3, seed=4, perturbation=0.02)
     res = sc.make_loop(prob)
@@ -72,6 +73,7 @@ def test_swinging_cloth_from_make_loops_defaults_ends_seamless_and_stops_by_itse
     assert m["loss"] <= sc.loss(prob, clip) / 100 and m["loss"] <= sc.loss(prob, sc.crossfade_loop(clip)) / 10
 
 
+@pytest.mark.usefixtures("fast_projection_on_n_bodies")
 @pytest.mark.parametrize("n_bodies, seed", [(3, 9), (4, 6)])
 def test_nbody_loops_after_a_failed_projection_converge_in_few_iterations(n_bodies, seed, monkeypatch):
     # fast projection fails on both and the race runs; a rejected undamped step used to restart the damping
@@ -187,3 +189,12 @@ def test_pins_that_do_not_come_back_make_the_wrap_visible_whatever_the_free_vert
     prob = SCENES[name](0.25).prob
     q = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
     assert loop.pins_jump(prob, q) == jumps
+
+
+@pytest.mark.usefixtures("fast_projection_on_n_bodies")
+def test_a_settled_crawl_that_the_model_says_can_go_on_does_not_stop():
+    # 4 bodies seed 4 from fast projection: the soft phase settled after 176 iterations (loss 1,141) while the
+    # undamped model still predicted 4.6% of the loss; the loss went on falling (1,066 at 200 iterations)
+    res = sc.make_loop(nbody_problem(4, seed=4, perturbation=0.02))
+    assert res.status == loop.ITERATION_CAP and res.gauss_newton_iterations == loop.MAX_ITERS
+    assert res.final_loss < 1100

@@ -205,6 +205,7 @@ def test_fast_projection_closes_a_mild_loop():
     assert np.array_equal(q[0], prob.r0)
 
 
+@pytest.mark.usefixtures("fast_projection_on_n_bodies")
 @pytest.mark.parametrize("n_bodies, seed, winner", [(5, 3, "forward"), (3, 9, "fast_projection")])
 def test_fast_projection_divergence_races_forward_crossfade_and_its_best_iterate(n_bodies, seed, winner):
     prob = nbody_problem(n_bodies, seed=seed, perturbation=0.02)
@@ -225,6 +226,7 @@ def test_fast_projection_divergence_races_forward_crossfade_and_its_best_iterate
     assert res.final_loss == raced[res.init_used] and res.gauss_newton_iterations == 5
 
 
+@pytest.mark.usefixtures("fast_projection_on_n_bodies")
 @pytest.mark.parametrize("phase", ["fast_projection", "gauss_newton"])
 def test_cancel_stops_within_one_iteration_with_best_iterate(phase):
     prob = nbody_problem(3, seed=1, perturbation=0.005, n_frames=100)
