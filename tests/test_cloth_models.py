@@ -479,6 +479,32 @@ def test_blender_spring_jacobian_derivative_matches_differences(bending_model):
     assert np.abs(exact - approx).max() < 1e-6 * np.abs(exact).max()
 
 
+@pytest.mark.parametrize("mesh", ["quads", "mixed"])
+def test_blender_jacobian_products_match_jacobian_and_differences(mesh):
+    """Each Blender term's matrix-free dF/dq s equals its assembled Jacobian times s (to roundoff) and central
+    differences of its forces along s; the model's product is the sum of its terms'."""
+    from solver_core.models.base import pattern_product
+    x, tris, quads = grid()
+    faces = {"quads": quads.tolist(),
+             "mixed": quads[:4].tolist() + np.concatenate([quads[4:, [0, 1, 2]], quads[4:, [0, 2, 3]]]).tolist()}[mesh]
+    cloth = BlenderCloth(fold(x, 0.4, 6), faces, 0.3, 15.0, 10.0, 5.0, 0.5, bending_model="angular")
+    rng = np.random.default_rng(10)
+    q = np.stack([x * [1.08, 0.93, 1.0], x * [0.9, 0.95, 1.0], fold(x, 1.5, 9)]) + 0.01 * rng.standard_normal((3,) + x.shape)
+    s = rng.standard_normal(q.shape)
+    t = times(q)
+    assert {type(term).__name__ for term in cloth.terms} == {"BlenderSpringTerm", "BlenderAngularTerm"}
+    eps = 1e-6
+    for term in cloth.terms:
+        product = term.jacobian_dot(q, t, s)
+        rows, cols = term.jacobian_pattern()
+        assembled = pattern_product(rows, cols, term.jacobian_values(q, t), s, 3 * len(x)).reshape(q.shape)
+        np.testing.assert_allclose(product, assembled, rtol=0, atol=1e-12 * np.abs(assembled).max())
+        difference = (term.forces(q + eps * s, t) - term.forces(q - eps * s, t)) / (2 * eps)
+        assert np.abs(product - difference).max() < 1e-6 * np.abs(product).max()
+    total = sum(term.jacobian_dot(q, t, s) for term in cloth.terms)
+    np.testing.assert_allclose(cloth.jacobian_dot(q, t, s), total, rtol=0, atol=1e-14 * np.abs(total).max())
+
+
 def test_blender_hinges_of_a_quad_grid():
     _, tris, quads = grid()
     groups = build_hinges(quads.tolist(), N_SIDE**2)

@@ -325,3 +325,19 @@ def test_cholmod_symbolic_analysis_is_computed_once():
     gn.run(sc.simulate(prob), max_iters=5, tol=0.0)
     assert len(gn.history) - 1 == 5
     assert gn.backend.analyses == 1
+
+
+def test_direct_solves_run_blas_on_one_thread_and_restore_it():
+    from solver_core import linsolve
+    controls = linsolve._openblas_thread_controls()
+    if not controls:
+        pytest.skip("no OpenBLAS loaded")
+    before = [get() for get, _ in controls]
+    seen = []
+    prob = nbody_problem(3, seed=1, perturbation=0.02, n_frames=30)
+    backend = linsolve.make_backend("cholmod" if linsolve.cholmod is not None else "scipy")
+    backend.factorize = lambda A, shift, f=backend.factorize: (seen.append([get() for get, _ in controls]), f(A, shift))
+    backend.bind(prob)
+    d = backend.direction(backend.linearize(sc.simulate(prob), None), 1e-3)
+    assert np.all(np.isfinite(d)) and seen and all(count == 1 for counts in seen for count in counts)
+    assert [get() for get, _ in controls] == before

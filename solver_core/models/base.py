@@ -51,6 +51,12 @@ class ForceTerm(Term):
         """Values ``(B, nnz)`` of dF/dq at each configuration, in the order of ``jacobian_pattern``."""
         raise NotImplementedError
 
+    def jacobian_dot(self, q, t, s):
+        """``dF/dq (q) s`` ``(B, n, 3)`` along ``s`` ``(B, n, 3)``; terms may supply it without the Jacobian."""
+        rows, cols = self.jacobian_pattern()
+        q = np.asarray(q)
+        return pattern_product(rows, cols, self.jacobian_values(q, t), s, 3 * self.n_vertices).reshape(q.shape)
+
 
 class VelocityTerm(Term):
     """Base class of a force ``G(q, v) = C(q) v`` linear in the velocities ``v`` ``(B, n, 3)``."""
@@ -191,10 +197,13 @@ class Model(ForceTerm):
                                else term.jacobian_values(q, t) for term in self.terms], axis=1)
 
     def jacobian_dot(self, q, t, s):
-        """``dF/dq (q) s`` ``(B, n, 3)``: the force Jacobian at each configuration times ``s`` ``(B, n, 3)``."""
+        """``dF/dq (q) s`` ``(B, n, 3)``: the force Jacobian at each configuration times ``s`` ``(B, n, 3)``,
+        summed over the terms' own products."""
         q = np.asarray(q)
-        rows, cols = self.jacobian_pattern()
-        return pattern_product(rows, cols, self.jacobian_values(q, t), s, 3 * self.n_vertices).reshape(q.shape)
+        total = np.zeros(q.shape, dtype=np.result_type(q, s, float))
+        for term in self.terms:
+            total += term.jacobian_dot(q, t, s)
+        return total
 
     def jacobian_derivative(self, q, t, s):
         """Values ``(B, nnz)`` of d/de dF/dq(q + e s) at e = 0, the Jacobian's derivative along ``s``.

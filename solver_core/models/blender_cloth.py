@@ -144,6 +144,11 @@ def _spring_blocks(k):
     return blocks.reshape(blocks.shape[0], -1)
 
 
+def _unit_change(unit, norm, change):
+    """Derivative of ``unit`` = n / |n| (B, m, 3) when n changes by ``change``: (I - unit unit^T) change / |n|."""
+    return (change - np.sum(unit * change, -1)[..., None] * unit) / norm[..., None]
+
+
 class BlenderSpringTerm(ForceTerm):
     """Springs ``f_i = phi(l) (x_j - x_i) / l`` (and ``-f_i`` on j) with Blender's piecewise laws.
 
@@ -189,6 +194,16 @@ class BlenderSpringTerm(ForceTerm):
         uu = outer(unit, unit)
         k = dphi[..., None, None] * uu + (phi / length)[..., None, None] * (np.eye(3) - uu)
         return _spring_blocks(k)
+
+    def jacobian_dot(self, q, t, s):
+        """``dF/dq s`` (B, n, 3) without the Jacobian: each spring's ``dphi (e.w) e + phi / l (w - (e.w) e)``,
+        w = s_j - s_i."""
+        unit, length, phi, dphi = self._laws(q)
+        s = np.asarray(s, dtype=float)
+        rel = s[:, self.pairs[:, 1]] - s[:, self.pairs[:, 0]]
+        ratio = phi / length
+        df = ((dphi - ratio) * np.sum(unit * rel, -1))[..., None] * unit + ratio[..., None] * rel
+        return self._scatter(np.stack([df, -df], axis=2))
 
     def stable_jacobian_values(self, q, t):
         """``jacobian_values`` with the absolute values of each spring's stiffness along (dphi) and across
@@ -293,11 +308,15 @@ class _HingeStencil:
         """Per-slot force directions (B, m, slots, 3) for a unit hinge force: fa a + fb b."""
         return self._fa[:, None] * a[..., None, :] + self._fb[:, None] * b[..., None, :]
 
-    def _geometry(self, q, derivs):
+    def _edges(self, q):
+        """(u_a, v_a, v_b) (B, m, 3) of the hinges at positions (or displacements) ``q``."""
         x = np.asarray(q, dtype=float)[:, self.stencil]  # (B, m, slots, 3)
-        u_a = np.einsum("s,bmsk->bmk", self._cu_a, x)
-        v_a = np.einsum("s,bmsk->bmk", self._cv_a, x)
-        v_b = np.einsum("s,bmsk->bmk", self._cv_b, x)
+        return tuple(np.einsum("s,bmsk->bmk", c, x) for c in (self._cu_a, self._cv_a, self._cv_b))
+
+    def _geometry(self, q, derivs, along=None):
+        """(angle, a, b) and, with ``derivs``, their derivatives (da, db (B, m, slots, 3, 3), d_angle (B, m, slots,
+        3)) per slot coordinate; with ``along`` (B, n, 3) instead (da, db (B, m, 3), d_angle (B, m)) along it."""
+        u_a, v_a, v_b = self._edges(q)
         n_a, n_b = np.cross(u_a, v_a), np.cross(-u_a, v_b)
         len_a, len_b = np.linalg.norm(n_a, axis=-1), np.linalg.norm(n_b, axis=-1)
         a, b = n_a / len_a[..., None], n_b / len_b[..., None]
@@ -306,6 +325,14 @@ class _HingeStencil:
         e = d / length[..., None]
         cos, sin = np.sum(a * b, -1), np.sum(np.cross(a, b) * e, -1)
         angle = np.arctan2(sin, cos)
+        if along is not None:
+            du_a, dv_a, dv_b = self._edges(along)
+            da = _unit_change(a, len_a, np.cross(du_a, v_a) + np.cross(u_a, dv_a))
+            db = _unit_change(b, len_b, -np.cross(du_a, v_b) - np.cross(u_a, dv_b))
+            de = _unit_change(e, length, -du_a)
+            d_cos = np.sum(da * b + a * db, -1)
+            d_sin = np.sum((np.cross(da, b) + np.cross(a, db)) * e + np.cross(a, b) * de, -1)
+            return angle, a, b, da, db, (cos * d_sin - sin * d_cos) / (cos * cos + sin * sin)
         if not derivs:
             return angle, a, b
         eye = np.eye(3)
@@ -360,6 +387,15 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
         rows = self._fb[:, None, None, None]
         jac += rows * (force[..., None, None, None] * db.transpose(0, 1, 3, 2, 4))[:, :, None]
         return jac.reshape(jac.shape[0], -1)
+
+    def jacobian_dot(self, q, t, s):
+        """``dF/dq s`` (B, n, 3) from the derivatives of the angle and the side normals along ``s``, without
+        the Jacobian."""
+        angle, a, b, da, db, d_angle = self._geometry(q, False, along=s)
+        force = self.stiffness * (angle - self.rest_angle)
+        corner = (self.stiffness * d_angle)[..., None, None] * self._directions(a, b)
+        corner += force[..., None, None] * self._directions(da, db)
+        return self._scatter(corner)
 
     def stable_jacobian_values(self, q, t):
         """A negative semi-definite stand-in for ``jacobian_values``: -c stiffness grad(angle) grad(angle)^T,
