@@ -27,7 +27,7 @@ CLIP_INITS = (*INITS, "cache", "cache_or_forward")
 # steady flag 3.5 / 11 / 12 / 13 / 14 / 3.1 / 0.44 (the simulation's start then falls below the cache's
 # and ends lower, 2.81 against 3.97, but with a visible wrap), ribbons 940 / 78 / 61 / 50 / 181 / 152 /
 # 142, the 150-vertex flag of ``bench_blender_cloth.py`` 1.5 / 7.3 / 26 / 39 / 44 / 45 / 52.
-# The steady flag's margin is the thinnest: 12 against BEHIND 10 at iterations 3-5; from the 6th on its
+# The steady flag's margin is the thinnest: 12-14 against BEHIND 10 at iterations 3-5; from the 6th on its
 # simulation's run would no longer be dropped (and would run to its end, as before).
 RACE_FROM = 3
 BEHIND = 10.0
