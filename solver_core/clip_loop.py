@@ -4,8 +4,10 @@ import numpy as np
 
 from .baselines import crossfade_loop
 from .forward import SimulationFailed, simulate
-from .loop import INITS, MAX_ITERS, SEAMLESS_RATIO, TOL, make_loop, shifted_callback
+from .loop import INITS, MAX_ITERS, SEAMLESS_RATIO, TOL, _initial_guess, make_loop, shifted_callback
 from .metrics import wrap_ratio
+from .residual import loss
+from .result import halts
 
 # "cache": start from a crossfade of the clip itself; "cache_or_forward": Gauss–Newton from it and from the
 # solver's own simulation of the clip's first two frames, keeping the better loop (``better``). Measured on
@@ -14,6 +16,21 @@ from .metrics import wrap_ratio
 # bumps per gust), from the simulation 0.059, residual 0.0027, 19.6 cm, in step with the cache; in a steady
 # wind, from the cache 3.97, wrap 1.19x, from the simulation 2.81 but a visible wrap (1.69x).
 CLIP_INITS = (*INITS, "cache", "cache_or_forward")
+# The start of lower loss runs first, to its end; when its loop is seamless, the other start's run is
+# dropped at the first iteration from RACE_FROM on at which its loss exceeds BEHIND times the first run's at
+# the same iteration (a seamless first loop loses only to a seamless one of lower loss, ``better``).
+# Initial losses, the winner's start against the loser's: gusts 3.9e4 / 4.0e5 (the simulation's), steady
+# flag 8.3e4 / 6.5e5 (the cache's), ribbons 5.9e6 / 2.0e10 (the simulation's), 150-vertex flag 1.08e8 /
+# 1.89e8 (the cache's).
+# Measured (the loser's loss over the winner's after 1 / 2 / 3 / 4 / 5 / 6 / 7 iterations, both run to the
+# end; the start of lower loss is the winner on all four): flag in gusts 14 / 57 / 42 / 38 / 16 / 16 / 61,
+# steady flag 3.5 / 11 / 12 / 13 / 14 / 3.1 / 0.44 (the simulation's start then falls below the cache's
+# and ends lower, 2.81 against 3.97, but with a visible wrap), ribbons 940 / 78 / 61 / 50 / 181 / 152 /
+# 142, the 150-vertex flag of ``bench_blender_cloth.py`` 1.5 / 7.3 / 26 / 39 / 44 / 45 / 52.
+# The steady flag's margin is the thinnest: 12-14 against BEHIND 10 at iterations 3-5; from the 6th on its
+# simulation's run would no longer be dropped (and would run to its end, as before).
+RACE_FROM = 3
+BEHIND = 10.0
 DIVERGED_EXTENT = 10.0  # a loop reaching this many clip sizes away from the clip has diverged
 
 
@@ -28,39 +45,74 @@ def check_init(init):
 
 
 def runs(init):
-    """How many Gauss–Newton runs ``loop_clip`` makes for ``init`` (each up to its ``max_iters``)."""
+    """How many Gauss–Newton runs ``loop_clip`` makes for ``init`` at most (each up to its ``max_iters``;
+    "cache_or_forward" mostly drops its second run after RACE_FROM iterations)."""
     return 2 if init == "cache_or_forward" else 1
+
+
+def seamless(result):
+    """True when the wrap of the loop ``result`` cannot be seen (within SEAMLESS_RATIO)."""
+    return wrap_ratio(result.metrics["loop"]) <= SEAMLESS_RATIO
 
 
 def better(a, b):
     """The better of two loops: the seamless one, else (both or neither) the one of lower loss."""
-    key = [(wrap_ratio(r.metrics["loop"]) > SEAMLESS_RATIO, r.final_loss) for r in (a, b)]
+    key = [(not seamless(r), r.final_loss) for r in (a, b)]
     return a if key[0] <= key[1] else b
+
+
+START_NAMES = dict(cache="cache", forward="simulation")
 
 
 def _make_loop(prob, clip, init, **options):
     if init != "cache_or_forward":
         return make_loop(prob, init=crossfade_loop(clip) if init == "cache" else init, **options)
-    first = _make_loop(prob, clip, "cache", **options)
-    first.init_used = "cache"
+    starts = {"cache": crossfade_loop(clip)}
+    try:
+        starts["forward"] = simulate(prob)
+    except SimulationFailed:
+        return _started(make_loop(prob, init=starts["cache"], **options), "cache")
+    losses = {name: loss(prob, prob.apply_constraints(_initial_guess(prob, q, None).x)) for name, q in starts.items()}
+    lead, trail = sorted(starts, key=losses.get)   # the start of lower loss is the likelier winner
+    callback = options.pop("callback")
+    first = _started(make_loop(prob, init=starts[lead], callback=callback, **options), lead)
     if first.cancelled:
         return first
-    try:
-        guess = simulate(prob)
-    except SimulationFailed:
-        return first
-    callback = shifted_callback(options.pop("callback"), first.gauss_newton_iterations)
-    second = make_loop(prob, init=guess, callback=callback, **options)
-    second.init_used = "forward"
-    if second.cancelled:
+    ahead = [h["loss"] for h in first.history]
+    race = seamless(first)
+    user = shifted_callback(callback, first.gauss_newton_iterations)
+    dropped = {}
+
+    def judge(info):
+        """The user's callback, then the race: stop the trailing run once it is clearly behind."""
+        if halts(user, info):
+            return True
+        i, other = info["iteration"], ahead[min(info["iteration"], len(ahead) - 1)]
+        if race and i >= RACE_FROM and info["loss"] > BEHIND * other:
+            dropped.update(iteration=i, ratio=info["loss"] / other)
+            return True
+        return False
+
+    second = _started(make_loop(prob, init=starts[trail], callback=judge, **options), trail)
+    if second.cancelled and not dropped:
         return second
-    kept = better(first, second)
+    kept = first if dropped else better(first, second)
     other = second if kept is first else first
-    kept.message += (f"; started from the cache and from the solver's own simulation, kept the "
-                     f"{'cache' if kept is first else 'simulation'}'s loop (loss {kept.final_loss:.3g}, the other "
-                     f"{other.final_loss:.3g}, wrap {wrap_ratio(other.metrics['loop']):.3g}x)")
+    name = START_NAMES[kept.init_used]
+    figures = f"loss {other.final_loss:.3g}, wrap {wrap_ratio(other.metrics['loop']):.3g}x"
+    if dropped:
+        figures = (f"dropped after {dropped['iteration']} iterations at {figures}, {dropped['ratio']:.3g} times "
+                   f"the {name}'s loss at that iteration")
+    kept.message += (f"; started from the cache and from the solver's own simulation, kept the {name}'s loop "
+                     f"(loss {kept.final_loss:.3g}; the {START_NAMES[other.init_used]}'s {figures})")
     kept.seconds = first.seconds + second.seconds
     return kept
+
+
+def _started(result, start):
+    """``result`` with ``init_used`` set to ``start``."""
+    result.init_used = start
+    return result
 
 
 def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto"):
@@ -69,8 +121,10 @@ def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, 
 
     ``init``: one of CLIP_INITS; "cache" starts from a crossfade of the clip, and is also the fallback
     when the solver's own forward simulation blows up (the reason is kept in ``fallback_reason``);
-    "cache_or_forward" runs from both, ``runs(init)`` times ``max_iters`` iterations at most, and keeps the
-    ``better`` loop (``init_used`` says which; ``seconds`` counts both).
+    "cache_or_forward" runs from both, the start of lower loss first, ``runs(init)`` times ``max_iters``
+    iterations at most, and keeps the ``better`` loop; when the first loop is seamless, the second run is
+    dropped once clearly behind it (RACE_FROM, BEHIND). ``init_used`` says which loop was kept, the message
+    gives the other's figures (where it was dropped), ``seconds`` counts both runs.
     ``callback`` as in ``make_loop``; a cancelled result is returned as it is (write nothing).
     """
     check_init(init)

@@ -226,6 +226,41 @@ def test_fast_projection_divergence_races_forward_crossfade_and_its_best_iterate
     assert res.final_loss == raced[res.init_used] and res.gauss_newton_iterations == 5
 
 
+def test_cache_or_forward_drops_the_start_that_falls_behind(monkeypatch):
+    """loop_clip's "cache_or_forward" runs the start of lower loss to its end first (here the simulation);
+    the other run stops at the first iteration from RACE_FROM on where it is BEHIND times behind, the
+    message giving its figures there: the same loop as with both run to their end. A cancel in the second
+    run returns that run, cancelled."""
+    prob = nbody_problem(3, seed=1, perturbation=0.02)
+    clip = sc.simulate(prob)
+    runs = []
+    for behind in (sc.clip_loop.BEHIND, np.inf):
+        monkeypatch.setattr(sc.clip_loop, "BEHIND", behind)
+        seen = []
+        runs.append((sc.loop_clip(prob, clip, "cache_or_forward", callback=lambda info: seen.append(info["iteration"])),
+                     seen))
+    (raced, seen), (full, seen_full) = runs
+    assert raced.init_used == full.init_used == "forward" and raced.final_loss == full.final_loss
+    assert seen == list(range(1, raced.gauss_newton_iterations + sc.clip_loop.RACE_FROM + 1))
+    assert len(seen_full) > len(seen) + 100                         # the cache's run to its end
+    assert f"the cache's dropped after {sc.clip_loop.RACE_FROM} iterations" in raced.message
+    assert "dropped" not in full.message and "the cache's loss" in full.message
+
+    stop = sc.loop_clip(prob, clip, "cache_or_forward", callback=lambda info: info["iteration"] > len(seen) - 3)
+    assert stop.cancelled and stop.init_used == "cache" and stop.gauss_newton_iterations == 1
+
+
+def test_cache_or_forward_runs_both_starts_when_the_first_loop_has_a_seam(monkeypatch):
+    """A first loop whose wrap can be seen may lose to a seamless one of higher loss: the second run is
+    not dropped, however far behind."""
+    prob = small_cloth_problem(eps=1e-3, n_frames=12)
+    monkeypatch.setattr(sc.clip_loop, "BEHIND", 0.0)
+    seen = []
+    res = sc.loop_clip(prob, sc.simulate(prob), "cache_or_forward", callback=lambda info: seen.append(info))
+    assert res.init_used == "forward" and res.status == sc.loop.CONVERGED_WITH_SEAM
+    assert len(seen) > res.gauss_newton_iterations + 10 and "dropped" not in res.message
+
+
 @pytest.mark.usefixtures("fast_projection_on_n_bodies")
 @pytest.mark.parametrize("phase", ["fast_projection", "gauss_newton"])
 def test_cancel_stops_within_one_iteration_with_best_iterate(phase):
