@@ -28,7 +28,8 @@ INITS = (
     ("crossfade", "Crossfade", "Start from a blend of the solver's own simulation"),
     ("cache", "Blender Cache", "Start from a blend of Blender's cached simulation"),
     ("cache_or_forward", "Cache or Simulation", "Start from Blender's cache and from the solver's own "
-     "simulation, and keep the better loop (safest for cloth; up to twice the time)"),
+     "simulation, and keep the better loop (safest for cloth; the start that falls behind is dropped "
+     "after a few iterations)"),
 )
 METHODS = (
     ("physical", "Physical Loop", "Minimize the residual force around the loop (the paper's method)"),
