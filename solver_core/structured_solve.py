@@ -383,7 +383,10 @@ class BlockPreconditioner:
             return
         pattern = (H.indptr, H.indices)
         if self._pattern is None or not all(np.array_equal(x, y) for x, y in zip(pattern, self._pattern)):
-            self._factor = cholmod.analyze(H, mode="supernodal", ordering_method="amd")
+            # simplicial: its solves call no BLAS. The supernodal one's per-supernode dgemv on these small
+            # fronts ran threaded OpenBLAS spinning in sched_yield (the 32 x 32-quad square: 10 CPU minutes
+            # without finishing the first direction; 171 iterations take 43 s single-threaded)
+            self._factor = cholmod.analyze(H, mode="simplicial", ordering_method="amd")
             self._pattern = pattern
         self._factor.cholesky_inplace(H)
 
