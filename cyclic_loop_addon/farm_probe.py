@@ -3,8 +3,11 @@
     blender -b --factory-startup SCENE --python cyclic_loop_addon/farm_probe.py -- OBJECTS ...
 
 OBJECTS as in the batch file ("A,B" for N bodies). Prints one line ``cyclic-loop-sizes {json}``:
-per OBJECTS, the solver's vertices, steps per frame, the residual scheme "auto" picks and whether the
-model has velocity terms (Blender cloth), or an ``error``; and the scene's frame range.
+per OBJECTS, the solver's vertices, the solver steps per frame and the loop frames bake.py takes by default
+(``scene_io.physics_defaults``: a Blender cloth on the frame grid, over its cache without the settle from
+rest), the physics' own steps per frame (a cloth's quality: for variants of another model), the residual
+scheme "auto" picks and whether the model has velocity terms (Blender cloth), or an ``error``; and the
+scene's frame range.
 """
 import json
 import os
@@ -17,13 +20,14 @@ PREFIX = "cyclic-loop-sizes "
 
 
 def _mesh_size(obj, sc):
-    """(vertices, substeps, scheme, velocity terms) of a mesh's Cloth / Soft Body physics."""
+    """(vertices, the physics' own steps per frame, scheme, velocity terms) of a mesh's Cloth / Soft Body."""
     mod = next((m for m in obj.modifiers if m.type in {"CLOTH", "SOFT_BODY"}), None)
     if mod is None:
         raise ValueError(f"{obj.name!r} has no Cloth or Soft Body modifier")
     mesh = obj.data
     if mod.type == "CLOTH":
-        return len(mesh.vertices), max(int(mod.settings.quality), 1), "linearized", True
+        own = max(bpy.context.scene.frame_step, 1) * max(int(mod.settings.quality), 1)
+        return len(mesh.vertices), own, "linearized", True
     mesh.calc_loop_triangles()
     rest = np.array([v.co for v in mesh.vertices], dtype=float)
     tris = np.array([t.vertices for t in mesh.loop_triangles], dtype=np.int64)
@@ -32,6 +36,7 @@ def _mesh_size(obj, sc):
 
 def sizes(specs):
     """{spec: size dict or {"error": ...}} for object specs of the open scene."""
+    from cyclic_loop_addon import scene_io
     from cyclic_loop_addon.solver import sc
     out = {}
     for spec in specs:
@@ -40,14 +45,17 @@ def sizes(specs):
         if missing:
             out[spec] = {"error": f"no object {missing[0]!r} in {bpy.data.filepath}"}
         elif len(names) > 1:
-            out[spec] = dict(vertices=len(names), substeps=1, scheme="symplectic", velocity_terms=False)
+            out[spec] = dict(vertices=len(names), physics_substeps=1, scheme="symplectic", velocity_terms=False)
         else:
             try:
-                v, s, scheme, vt = _mesh_size(bpy.data.objects[names[0]], sc)
+                v, own, scheme, vt = _mesh_size(bpy.data.objects[names[0]], sc)
             except ValueError as exc:
                 out[spec] = {"error": str(exc)}
-            else:
-                out[spec] = dict(vertices=v, substeps=s, scheme=scheme, velocity_terms=vt)
+                continue
+            out[spec] = dict(vertices=v, physics_substeps=own, scheme=scheme, velocity_terms=vt)
+        if "error" not in out[spec]:
+            defaults = scene_io.physics_defaults([bpy.data.objects[n] for n in names])
+            out[spec].update(substeps=defaults.substeps, frames=[defaults.frame_start, defaults.frame_end])
     return out
 
 

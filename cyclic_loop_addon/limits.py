@@ -40,9 +40,11 @@ def check_frames(start, end, step):
     return count
 
 
-def estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms=False):
-    """Peak memory (bytes) of a solve of this size (``velocity_terms``: Blender cloth's damping)."""
-    return sc.memory.peak_bytes(max(n_vertices, 1), n_frames * max(substeps, 1), scheme, velocity_terms)
+def estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms=False, explicit_terms=False):
+    """Peak memory (bytes) of a solve of this size (``velocity_terms``: Blender cloth's damping;
+    ``explicit_terms``: on Blender's own sub-steps, its hinges taken explicitly)."""
+    return sc.memory.peak_bytes(max(n_vertices, 1), n_frames * max(substeps, 1), scheme, velocity_terms,
+                                explicit_terms)
 
 
 def available_bytes():
@@ -67,9 +69,9 @@ def available_bytes():
     return min(found) if found else None
 
 
-def check_memory(n_frames, substeps, n_vertices, scheme, velocity_terms=False):
+def check_memory(n_frames, substeps, n_vertices, scheme, velocity_terms=False, explicit_terms=False):
     """The estimate (bytes); raise LoopInputError when it does not fit the available memory."""
-    need = estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms)
+    need = estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms, explicit_terms)
     have = available_bytes()
     if have is not None and need > have:
         raise LoopInputError(

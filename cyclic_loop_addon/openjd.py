@@ -45,8 +45,11 @@ def memory_mib(size, frames, options):
     velocity_terms = size["velocity_terms"] and options.get("model", "auto") in ("auto", "blender_cloth")
     if scheme == "auto":
         scheme = size["scheme"] if velocity_terms or not size["velocity_terms"] else "backward"
-    steps = (frames[1] - frames[0] + 1) * (options.get("substeps") or size["substeps"])
-    mib = sc.memory.peak_bytes(size["vertices"], steps, scheme, velocity_terms) / MIB
+    own = velocity_terms or not size["velocity_terms"]        # the physics' own model: its defaults' steps
+    per_frame = options.get("substeps") or (size["substeps"] if own else size["physics_substeps"])
+    explicit = velocity_terms and scheme == "linearized" and per_frame >= size["physics_substeps"]
+    steps = (frames[1] - frames[0] + 1) * per_frame
+    mib = sc.memory.peak_bytes(size["vertices"], steps, scheme, velocity_terms, explicit) / MIB
     return int(math.ceil(mib / MEMORY_ROUND_MIB) * MEMORY_ROUND_MIB)
 
 
@@ -79,9 +82,9 @@ def _parameters(batch, template_dir, bake_py):
 
 def _step(batch, i, scene, variant, sizes, force):
     tasks = [t for t in batch.tasks() if t.scene == scene.file and t.variant == variant]
-    frames = scene.frames or tuple(sizes["frames"])
     options = batch.variants[variant]
-    memory = max(memory_mib(sizes["objects"][t.objects], frames, options) for t in tasks)
+    memory = max(memory_mib(sizes["objects"][t.objects], scene.frames or sizes["objects"][t.objects]["frames"], options)
+                  for t in tasks)
     base = "{{Param.OutputDir}}/{{Task.Param.Name}}"
     task = Task(name="{{Task.Param.Name}}", scene=f"{{{{Param.Scene{i + 1}}}}}", objects="{{Task.Param.Object}}",
                 frames=scene.frames, variant=variant, options=options, report=base + ".json", bake=batch.bake,

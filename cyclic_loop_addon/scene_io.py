@@ -135,15 +135,18 @@ def _frame_range(settings, scene, objects):
     step = max(scene.frame_step, 1)
     count = limits.check_frames(start, end, step)
     mod = physics_modifier(objects[0]) if len(objects) == 1 and settings.model != "nbody" else None
-    n, substeps, model = len(objects), int(settings.substeps) or 1, "nbody"
+    n, substeps, model, explicit = len(objects), int(settings.substeps) or 1, "nbody", False
     if mod is not None and objects[0].type == "MESH":
         _check_cache_range(objects[0], mod, start, end)
         n = len(objects[0].data.vertices) * (1 if mod.type == "CLOTH" else 2)   # a soft body's interior
         model = settings.model if settings.model != "auto" else "blender_cloth" if mod.type == "CLOTH" else "soft_body"
         if mod.type == "CLOTH":
-            substeps = int(settings.substeps) or step * max(int(mod.settings.quality), 1)
+            own = step * max(int(mod.settings.quality), 1)
+            substeps = int(settings.substeps) or own
+            explicit = substeps >= own     # Blender's sub-steps: its hinges taken explicitly
     scheme = SCHEME_OF_MODEL.get(model, "backward") if settings.scheme == "auto" else settings.scheme
-    limits.check_memory(count, substeps, n, scheme, velocity_terms=model == "blender_cloth")
+    limits.check_memory(count, substeps, n, scheme, velocity_terms=model == "blender_cloth",
+                        explicit_terms=explicit and model == "blender_cloth" and scheme == "linearized")
     return np.arange(start, end + 1, step)
 
 

@@ -2,17 +2,38 @@
 
 Calibrated on the peak resident sizes in the README (this project's 2-core machine). The structured
 solve is linear in the unknowns: 0.36 GB at 51k unknowns (the flag post) and 16.3 GB at 6.0 M (2,000
-vertices x 1,000 frames). The direct solve (CHOLMOD) fills in like a 3-D problem: about 1,365 factor
-nonzeros per unknown at 52k unknowns (59-71 M measured), growing as the cube root of the unknowns;
-the flag post, swinging cloth and doughnut peaked at 1.04-1.39 GB.
+vertices x 1,000 frames), both with the sparse values of one time offset (backward Euler); each further
+offset the operator stores (``sparse_offsets``: the linearized scheme's Jacobian derivative, the velocity
+terms, the explicit terms' offset -1) adds its values, their CSR indices and the sweep's copy. The direct
+solve (CHOLMOD) fills in like a 3-D problem: about 1,365 factor nonzeros per unknown at 52k unknowns
+(59-71 M measured), growing as the cube root of the unknowns; the flag post, swinging cloth and doughnut
+peaked at 1.04-1.39 GB.
 """
 from .gauss_newton import AUTO_STRUCTURED_MIN_UNKNOWNS, AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY
+from .scheme import offsets
 
 BASE_BYTES = 250e6                 # Python, numpy, SciPy, the problem and a few trajectories
-STRUCTURED_BYTES_PER_UNKNOWN = 2.8e3
+STRUCTURED_BYTES_PER_UNKNOWN = 2.8e3  # with one sparse time offset
+# per further sparse offset: values (8 B), CSR index (4 B) and the sweep's values (8 B) of the ~55 entries a
+# row of Blender cloth has per unknown (a 16 x 16-quad square: 55.5)
+OFFSET_BYTES_PER_UNKNOWN = 1.1e3
 FACTOR_NONZEROS_PER_UNKNOWN = 1365.0  # at FACTOR_REFERENCE_UNKNOWNS
 FACTOR_REFERENCE_UNKNOWNS = 52_000
 BYTES_PER_FACTOR_NONZERO = 16.0    # value and row index, plus CHOLMOD's workspace while factoring
+
+
+def sparse_offsets(scheme, velocity_terms=False, explicit_terms=False):
+    """How many time offsets the structured operator holds sparse values for (``scheme.derivative_pattern``):
+    the force Jacobian's (and for "linearized" its derivative's, offset 0), the velocity terms' (their
+    position and their two velocity offsets) and, with ``explicit_terms`` (the linearized scheme on
+    Blender's own sub-steps), the explicit terms' offsets 0 and -1."""
+    p_off, v_off = offsets(scheme)
+    used = {1, 0} if scheme == "linearized" else {p_off}
+    if velocity_terms:
+        used |= {p_off, v_off, v_off - 1}
+    if explicit_terms:
+        used |= {0, -1} if velocity_terms else {0}
+    return len(used)
 
 
 def uses_structured(n_unknowns, scheme, velocity_terms=False):
@@ -22,15 +43,17 @@ def uses_structured(n_unknowns, scheme, velocity_terms=False):
     return n_unknowns >= least
 
 
-def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False):
+def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False, explicit_terms=False):
     """Estimated peak resident bytes of ``make_loop`` on ``n_vertices`` x ``n_steps`` (frames x substeps).
 
     ``scheme``: the problem's residual scheme; ``velocity_terms``: the model has velocity-dependent forces
-    (Blender cloth), which keep the solve on CHOLMOD below ``AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY``."""
+    (Blender cloth), which keep the solve on CHOLMOD below ``AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY``;
+    ``explicit_terms``: the linearized scheme takes some terms explicitly (Blender cloth on its sub-steps)."""
     if n_vertices < 1 or n_steps < 1:
         raise ValueError(f"need at least one vertex and one step, got {n_vertices} vertices, {n_steps} steps")
     unknowns = 3 * n_vertices * n_steps
     if uses_structured(unknowns, scheme, velocity_terms):
-        return BASE_BYTES + STRUCTURED_BYTES_PER_UNKNOWN * unknowns
+        extra = sparse_offsets(scheme, velocity_terms, explicit_terms) - 1
+        return BASE_BYTES + (STRUCTURED_BYTES_PER_UNKNOWN + extra * OFFSET_BYTES_PER_UNKNOWN) * unknowns
     fill = FACTOR_NONZEROS_PER_UNKNOWN * (unknowns / FACTOR_REFERENCE_UNKNOWNS) ** (1 / 3)
     return BASE_BYTES + BYTES_PER_FACTOR_NONZERO * fill * unknowns

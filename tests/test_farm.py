@@ -6,12 +6,16 @@ import subprocess
 import sys
 import tomllib
 
+import numpy as np
 import pytest
 
 from cyclic_loop_addon import batch as batch_file
 from cyclic_loop_addon import farm, files, openjd, task_files
 from cyclic_loop_addon.errors import LoopInputError
+import solver_core as sc
+from derivatives import quad_grid
 from solver_core import memory
+from solver_core.structured_solve import LoopOperator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FARM_PY = os.path.join(ROOT, "cyclic_loop_addon", "farm.py")
@@ -208,11 +212,37 @@ def test_step_memory_follows_the_variant_model_and_substeps():
     """Small Blender cloth stays on CHOLMOD; large cloth, as Blender cloth (velocity terms) or as a thin shell
     (backward Euler), takes the structured solve, linear in the unknowns: 2,000 x 300 steps is 1.8 M
     unknowns, 5.3 GB."""
-    flag = dict(vertices=70, substeps=4, scheme="linearized", velocity_terms=True)
+    flag = dict(vertices=70, substeps=4, physics_substeps=4, scheme="linearized", velocity_terms=True)
     assert openjd.memory_mib(flag, (49, 60), {}) == 512
     big = dict(flag, vertices=2000)
     shell = openjd.memory_mib(big, (1, 300), {"model": "shell", "substeps": 1})
-    assert shell == 5120 and openjd.memory_mib(big, (1, 300), {"substeps": 1}) == shell
+    # as Blender cloth the operator also stores the linearized scheme's offset-0 values: 1.1 kB per unknown more
+    assert shell == 5120 and openjd.memory_mib(big, (1, 300), {"substeps": 1}) == 7168
+
+
+def test_sparse_offsets_are_the_structured_operators():
+    """``memory.sparse_offsets`` counts the time offsets ``LoopOperator`` stores values for: Blender cloth on
+    the frame grid (0, +1), on its own sub-steps (the explicit hinges add -1), a shell under backward Euler."""
+    rest, faces = quad_grid(2, 2)
+    model, dt, substeps = sc.blender_cloth_problem_parts(rest, faces, sc.CLOTH_SETTINGS_DEFAULTS, fps=24)
+    for steps, explicit in ((1, False), (substeps, True)):
+        prob = sc.LoopProblem(model, 4, dt, rest, rest, scheme="linearized", substeps=steps)
+        assert len(LoopOperator(prob).offsets) == memory.sparse_offsets("linearized", True, explicit) == 2 + explicit
+    quads = np.asarray(faces)
+    tris = np.concatenate([quads[:, :3], quads[:, [0, 2, 3]]])
+    shell = sc.LoopProblem(sc.Cloth(rest, tris, youngs_modulus=1e4), 4, dt, rest, rest, scheme="backward")
+    assert len(LoopOperator(shell).offsets) == memory.sparse_offsets("backward") == 1
+
+
+def test_cloth_memory_takes_the_default_frame_grid_and_loop_frames():
+    """A Blender cloth task without options: the probe's default steps per frame (1) over its default loop
+    frames, not the quality over the scene range: for the 32 x 32-quad square (quality 5, cache 1-130, loop
+    frames 44-130) 1.4 GB rather than 6.0 GB; its Blender sub-steps (substeps 5) count the explicit terms."""
+    square = dict(vertices=1089, substeps=1, physics_substeps=5, scheme="linearized", velocity_terms=True,
+                  frames=[44, 130])
+    grid = openjd.memory_mib(square, square["frames"], {})
+    assert grid == 1536
+    assert openjd.memory_mib(square, (1, 130), {"substeps": 5}) > 4 * grid
 
 
 def test_every_bake_output_counts_for_a_finished_task_and_can_be_batched(batch_path, tmp_path):
