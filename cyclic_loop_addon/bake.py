@@ -175,7 +175,7 @@ def run(args):
     gathered = job.gathered
     prob = gathered.problem
     need = limits.estimate_bytes(prob.n_frames, prob.substeps, prob.n_vertices, prob.scheme,
-                                 gathered.model_name == "blender_cloth")
+                                 gathered.model_name == "blender_cloth", soft_frames=prob.eps0 > 0 or prob.eps1 > 0)
     _say(f"gathered {', '.join(gathered.object_names)}: model {gathered.model_name}, {prob.n_vertices} vertices, "
          f"{prob.n_frames} frames ({gathered.frame_start}..{int(gathered.frames[-1])}), "
          f"{prob.substeps} substeps, dt {prob.dt:g}, {len(prob.pins)} pins; memory estimate "

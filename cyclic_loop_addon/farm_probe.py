@@ -55,7 +55,8 @@ def sizes(specs):
             out[spec] = dict(vertices=v, physics_substeps=own, scheme=scheme, velocity_terms=vt)
         if "error" not in out[spec]:
             defaults = scene_io.physics_defaults([bpy.data.objects[n] for n in names])
-            out[spec].update(substeps=defaults.substeps, frames=[defaults.frame_start, defaults.frame_end])
+            out[spec].update(substeps=defaults.substeps, soft=defaults.soft,
+                             frames=[defaults.frame_start, defaults.frame_end])
     return out
 
 

@@ -40,11 +40,13 @@ def check_frames(start, end, step):
     return count
 
 
-def estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms=False, explicit_terms=False):
+def estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms=False, explicit_terms=False,
+                   soft_frames=False):
     """Peak memory (bytes) of a solve of this size (``velocity_terms``: Blender cloth's damping;
-    ``explicit_terms``: on Blender's own sub-steps, its hinges taken explicitly)."""
+    ``explicit_terms``: on Blender's own sub-steps, its hinges taken explicitly; ``soft_frames``: soft
+    first frames)."""
     return sc.memory.peak_bytes(max(n_vertices, 1), n_frames * max(substeps, 1), scheme, velocity_terms,
-                                explicit_terms)
+                                explicit_terms, soft_frames)
 
 
 def available_bytes():
@@ -69,9 +71,10 @@ def available_bytes():
     return min(found) if found else None
 
 
-def check_memory(n_frames, substeps, n_vertices, scheme, velocity_terms=False, explicit_terms=False):
+def check_memory(n_frames, substeps, n_vertices, scheme, velocity_terms=False, explicit_terms=False,
+                 soft_frames=False):
     """The estimate (bytes); raise LoopInputError when it does not fit the available memory."""
-    need = estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms, explicit_terms)
+    need = estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms, explicit_terms, soft_frames)
     have = available_bytes()
     if have is not None and need > have:
         raise LoopInputError(

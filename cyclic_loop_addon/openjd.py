@@ -48,8 +48,9 @@ def memory_mib(size, frames, options):
     own = velocity_terms or not size["velocity_terms"]        # the physics' own model: its defaults' steps
     per_frame = options.get("substeps") or (size["substeps"] if own else size["physics_substeps"])
     explicit = velocity_terms and scheme == "linearized" and per_frame >= size["physics_substeps"]
+    soft = options.get("soft", size.get("soft", 0.0) if own else 0.0)
     steps = (frames[1] - frames[0] + 1) * per_frame
-    mib = sc.memory.peak_bytes(size["vertices"], steps, scheme, velocity_terms, explicit) / MIB
+    mib = sc.memory.peak_bytes(size["vertices"], steps, scheme, velocity_terms, explicit, soft_frames=soft > 0) / MIB
     return int(math.ceil(mib / MEMORY_ROUND_MIB) * MEMORY_ROUND_MIB)
 
 

@@ -146,7 +146,8 @@ def _frame_range(settings, scene, objects):
             explicit = substeps >= own     # Blender's sub-steps: its hinges taken explicitly
     scheme = SCHEME_OF_MODEL.get(model, "backward") if settings.scheme == "auto" else settings.scheme
     limits.check_memory(count, substeps, n, scheme, velocity_terms=model == "blender_cloth",
-                        explicit_terms=explicit and model == "blender_cloth" and scheme == "linearized")
+                        explicit_terms=explicit and model == "blender_cloth" and scheme == "linearized",
+                        soft_frames=bool(settings.soft))
     return np.arange(start, end + 1, step)
 
 

@@ -17,6 +17,11 @@ STRUCTURED_BYTES_PER_UNKNOWN = 2.8e3  # with one sparse time offset
 # per further sparse offset: values (8 B), CSR index (4 B) and the sweep's values (8 B) of the ~55 entries a
 # row of Blender cloth has per unknown (a 16 x 16-quad square: 55.5)
 OFFSET_BYTES_PER_UNKNOWN = 1.1e3
+# soft first frames: the structured solve's frame-block preconditioner (one sparse factor per frame, simplicial,
+# and the Gauss-Newton matrix's diagonal blocks it factors). Calibrated on the 32 x 32-quad square (1,089
+# vertices x 100 frames, 326,100 unknowns, Blender cloth defaults): 6.81 GB peak measured against 1.52 GB
+# estimated without the blocks. Their fill grows with the log of a frame's vertices, which this leaves out.
+FRAME_BLOCK_BYTES_PER_UNKNOWN = 16.2e3
 FACTOR_NONZEROS_PER_UNKNOWN = 1365.0  # at FACTOR_REFERENCE_UNKNOWNS
 FACTOR_REFERENCE_UNKNOWNS = 52_000
 BYTES_PER_FACTOR_NONZERO = 16.0    # value and row index, plus CHOLMOD's workspace while factoring
@@ -43,17 +48,20 @@ def uses_structured(n_unknowns, scheme, velocity_terms=False):
     return n_unknowns >= least
 
 
-def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False, explicit_terms=False):
+def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False, explicit_terms=False, soft_frames=False):
     """Estimated peak resident bytes of ``make_loop`` on ``n_vertices`` x ``n_steps`` (frames x substeps).
 
     ``scheme``: the problem's residual scheme; ``velocity_terms``: the model has velocity-dependent forces
     (Blender cloth), which keep the solve on CHOLMOD below ``AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY``;
-    ``explicit_terms``: the linearized scheme takes some terms explicitly (Blender cloth on its sub-steps)."""
+    ``explicit_terms``: the linearized scheme takes some terms explicitly (Blender cloth on its sub-steps);
+    ``soft_frames``: the first frames are soft, so the structured solve factors frame blocks
+    (``structured_solve.choose_preconditioner``)."""
     if n_vertices < 1 or n_steps < 1:
         raise ValueError(f"need at least one vertex and one step, got {n_vertices} vertices, {n_steps} steps")
     unknowns = 3 * n_vertices * n_steps
     if uses_structured(unknowns, scheme, velocity_terms):
         extra = sparse_offsets(scheme, velocity_terms, explicit_terms) - 1
-        return BASE_BYTES + (STRUCTURED_BYTES_PER_UNKNOWN + extra * OFFSET_BYTES_PER_UNKNOWN) * unknowns
+        blocks = FRAME_BLOCK_BYTES_PER_UNKNOWN if soft_frames else 0.0
+        return BASE_BYTES + (STRUCTURED_BYTES_PER_UNKNOWN + extra * OFFSET_BYTES_PER_UNKNOWN + blocks) * unknowns
     fill = FACTOR_NONZEROS_PER_UNKNOWN * (unknowns / FACTOR_REFERENCE_UNKNOWNS) ** (1 / 3)
     return BASE_BYTES + BYTES_PER_FACTOR_NONZERO * fill * unknowns
