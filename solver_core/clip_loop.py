@@ -4,7 +4,7 @@ import numpy as np
 
 from .baselines import crossfade_loop
 from .forward import SimulationFailed, simulate
-from .loop import INITS, MAX_ITERS, SEAMLESS_RATIO, TOL, _initial_guess, make_loop, shifted_callback
+from .loop import INITS, MAX_ITERS, SEAMLESS_RATIO, TOL, make_loop, on_solver_grid, shifted_callback
 from .metrics import wrap_ratio
 from .residual import loss
 from .result import halts
@@ -31,6 +31,7 @@ CLIP_INITS = (*INITS, "cache", "cache_or_forward")
 # simulation's run would no longer be dropped (and would run to its end, as before).
 RACE_FROM = 3
 BEHIND = 10.0
+START_NAMES = dict(cache="cache", forward="simulation")   # the starts in the result's message
 DIVERGED_EXTENT = 10.0  # a loop reaching this many clip sizes away from the clip has diverged
 
 
@@ -61,9 +62,6 @@ def better(a, b):
     return a if key[0] <= key[1] else b
 
 
-START_NAMES = dict(cache="cache", forward="simulation")
-
-
 def _make_loop(prob, clip, init, **options):
     if init != "cache_or_forward":
         return make_loop(prob, init=crossfade_loop(clip) if init == "cache" else init, **options)
@@ -72,7 +70,7 @@ def _make_loop(prob, clip, init, **options):
         starts["forward"] = simulate(prob)
     except SimulationFailed:
         return _started(make_loop(prob, init=starts["cache"], **options), "cache")
-    losses = {name: loss(prob, prob.apply_constraints(_initial_guess(prob, q, None).x)) for name, q in starts.items()}
+    losses = {name: loss(prob, prob.apply_constraints(on_solver_grid(prob, q))) for name, q in starts.items()}
     lead, trail = sorted(starts, key=losses.get)   # the start of lower loss is the likelier winner
     callback = options.pop("callback")
     first = _started(make_loop(prob, init=starts[lead], callback=callback, **options), lead)

@@ -98,6 +98,14 @@ def _guesses(guesses, reason="", phase=None):
                   success=phase.status == CONVERGED, nit=phase.nit, history=phase.history, seconds=phase.seconds)
 
 
+def on_solver_grid(prob, q):
+    """The trajectory ``q`` (n_frames or n_steps, n, 3) on the solver's grid of steps, checked."""
+    q = np.asarray(q, dtype=float)
+    if q.shape[:1] == (prob.n_frames,) and prob.substeps > 1:
+        q = prob.steps_of(q)
+    return prob.check_trajectory(q, "initial guess")
+
+
 def _initial_guess(prob, init, callback):
     """The initial guess as a Result whose ``guesses`` are {init used: q0 on the solver grid}: one, or those
     Gauss–Newton races when fast projection failed (the reason in ``fallback_reason``): the forward clip,
@@ -105,10 +113,7 @@ def _initial_guess(prob, init, callback):
     "fast_projection" is the two-sided guess instead (``reversible.two_sided_guess``; fast projection when
     a half of it blows up)."""
     if not isinstance(init, str):
-        q0 = np.asarray(init, dtype=float)
-        if q0.shape[:1] == (prob.n_frames,) and prob.substeps > 1:
-            q0 = prob.steps_of(q0)
-        return _guesses({"array": prob.check_trajectory(q0, "initial guess")})
+        return _guesses({"array": on_solver_grid(prob, init)})
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS} or an array, got {init!r}")
     if init == "fast_projection" and reversible(prob):

@@ -440,7 +440,8 @@ def choose_preconditioner(prob, name="auto"):
 
 
 class StructuredBackend:
-    """Problem-aware Gauss–Newton solve: PCG on J^T B J (+ damping) with the sweep preconditioner.
+    """Problem-aware Gauss–Newton solve: PCG on J^T B J (+ damping) with the sweep or the frame-block
+    preconditioner (``choose_preconditioner``), each with its own default forcing and cap (FORCING).
 
     Inexact Gauss–Newton: the relative PCG residual is min(forcing, |g| / |g_0|) (Eisenstat–Walker-like),
     at least ``rtol_min``, and the model-decrease test of ``pcg`` with eta = forcing, with at most ``max_cg`` iterations while it is ``forcing`` and 10 ``max_cg``
