@@ -376,17 +376,94 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
         corner = force[..., None, None] * self._directions(a, b)
         return self._scatter(corner)
 
+    def _factors(self, q, s=None):
+        """Per-hinge 3x3 blocks M_p (B, m, 6, 3, 3) with jac[r, i, c, k] = sum_p rows_p[r] cols_p[c] M_p[i, k]
+        (rows fa, fb; columns cu_a, cv_a, cv_b: the slot coefficients of u_a, v_a, v_b), and with ``s`` their
+        derivatives along it instead."""
+        u, v, w = self._edges(q)
+        angle, a, b = self._geometry(q, False)
+        len_a, len_b, length = (np.linalg.norm(n, axis=-1) for n in (np.cross(u, v), np.cross(u, w), u))
+        e = -u / length[..., None]
+        cos, sin = np.sum(a * b, -1), np.sum(np.cross(a, b) * e, -1)
+        r = (cos * cos + sin * sin)[..., None]
+        g_a, g_b, g_e = ((np.eye(3) - outer(x, x)) / n[..., None, None] for x, n in ((a, len_a), (b, len_b), (e, length)))
+        k = self.stiffness[:, None]
+        force = (self.stiffness * (angle - self.rest_angle))[..., None, None]
+
+        def blocks(mats, coefs):
+            """The angle's gradient per edge (gu, gv, gw): the coefficient vectors (alpha, beta, gamma) contracted
+            with the partial matrices ``mats`` of the normals and the edge direction."""
+            au, av, bu, bw, eu = mats
+            alpha, beta, gamma = coefs
+            gu = np.einsum("bmi,bmik->bmk", alpha, au) + np.einsum("bmi,bmik->bmk", beta, bu) \
+                + np.einsum("bmi,bmik->bmk", gamma, eu)
+            gv, gw = np.einsum("bmi,bmik->bmk", alpha, av), np.einsum("bmi,bmik->bmk", beta, bw)
+            return gu, gv, gw
+
+        def cross_rows(g, x):
+            """g [x]_x (B, m, 3, 3): rows g_i x x."""
+            return np.cross(g, x[..., None, :])
+
+        mats = (-cross_rows(g_a, v), cross_rows(g_a, u), cross_rows(g_b, w), -cross_rows(g_b, u), -g_e)
+        alpha = (cos[..., None] * np.cross(b, e) - sin[..., None] * b) / r
+        beta = (cos[..., None] * np.cross(e, a) - sin[..., None] * a) / r
+        gamma = cos[..., None] * np.cross(a, b) / r
+        gu, gv, gw = blocks(mats, (alpha, beta, gamma))
+        au, av, bu, bw, _ = mats
+        if s is None:
+            ka, kb = k * a, k * b
+            return np.stack([outer(ka, gu) + force * au, outer(ka, gv) + force * av, outer(ka, gw),
+                             outer(kb, gu) + force * bu, outer(kb, gv), outer(kb, gw) + force * bw], axis=2)
+        du, dv, dw = self._edges(s)
+        _, _, _, a_s, b_s, angle_s = self._geometry(q, False, along=s)
+        e_s = _unit_change(e, length, -du)
+        cos_s = np.sum(a_s * b + a * b_s, -1)
+        sin_s = np.sum((np.cross(a_s, b) + np.cross(a, b_s)) * e + np.cross(a, b) * e_s, -1)
+        r_s = 2 * (cos * cos_s + sin * sin_s)[..., None]
+
+        def projector_change(x, n, x_s, n_s):
+            """Derivative along s of (I - x x^T) / n."""
+            return (-(outer(x_s, x) + outer(x, x_s)) - (np.eye(3) - outer(x, x)) * (n_s / n)[..., None, None]) \
+                / n[..., None, None]
+
+        g_a_s = projector_change(a, len_a, a_s, np.sum(a * (np.cross(du, v) + np.cross(u, dv)), -1))
+        g_b_s = projector_change(b, len_b, b_s, np.sum(b * (np.cross(dw, u) + np.cross(w, du)), -1))
+        g_e_s = projector_change(e, length, e_s, -np.sum(e * du, -1))
+        mats_s = (-cross_rows(g_a_s, v) - cross_rows(g_a, dv), cross_rows(g_a_s, u) + cross_rows(g_a, du),
+                  cross_rows(g_b_s, w) + cross_rows(g_b, dw), -cross_rows(g_b_s, u) - cross_rows(g_b, du), -g_e_s)
+        c_s, s_s = cos_s[..., None], sin_s[..., None]
+        alpha_s = (c_s * np.cross(b, e) + cos[..., None] * (np.cross(b_s, e) + np.cross(b, e_s))
+                   - s_s * b - sin[..., None] * b_s - alpha * r_s) / r
+        beta_s = (c_s * np.cross(e, a) + cos[..., None] * (np.cross(e_s, a) + np.cross(e, a_s))
+                  - s_s * a - sin[..., None] * a_s - beta * r_s) / r
+        gamma_s = (c_s * np.cross(a, b) + cos[..., None] * (np.cross(a_s, b) + np.cross(a, b_s)) - gamma * r_s) / r
+        gu_s, gv_s, gw_s = (x + y for x, y in zip(blocks(mats, (alpha_s, beta_s, gamma_s)),
+                                                  blocks(mats_s, (alpha, beta, gamma))))
+        force_s = (self.stiffness * angle_s)[..., None, None]
+        au_s, av_s, bu_s, bw_s, _ = mats_s
+        ka, kb, ka_s, kb_s = k * a, k * b, k * a_s, k * b_s
+        return np.stack([outer(ka_s, gu) + outer(ka, gu_s) + force_s * au + force * au_s,
+                         outer(ka_s, gv) + outer(ka, gv_s) + force_s * av + force * av_s,
+                         outer(ka_s, gw) + outer(ka, gw_s),
+                         outer(kb_s, gu) + outer(kb, gu_s) + force_s * bu + force * bu_s,
+                         outer(kb_s, gv) + outer(kb, gv_s),
+                         outer(kb_s, gw) + outer(kb, gw_s) + force_s * bw + force * bw_s], axis=2)
+
+    def _expand(self, factors):
+        """Values (B, nnz) of jac[r, i, c, k] = sum_p rows_p[r] cols_p[c] M_p[i, k] from ``_factors``."""
+        rows = [self._fa] * 3 + [self._fb] * 3
+        cols = [self._cu_a, self._cv_a, self._cv_b] * 2
+        coef = np.stack([outer(r_, c_) for r_, c_ in zip(rows, cols)])  # (6, slots, slots)
+        batch, m, slots = factors.shape[0], factors.shape[1], coef.shape[1]
+        jac = factors.reshape(batch, m, 6, 9).transpose(0, 1, 3, 2) @ coef.reshape(6, -1)
+        return jac.reshape(batch, m, 3, 3, slots, slots).transpose(0, 1, 4, 2, 5, 3).reshape(batch, -1)
+
     def jacobian_values(self, q, t):
-        angle, a, b, da, db, d_angle = self._geometry(q, True)
-        force = self.stiffness * (angle - self.rest_angle)
-        direction = self._directions(a, b)
-        # jac[r, i, c, k] = stiffness direction[r, i] d_angle[c, k] + force (fa[r] da[c, i, k] + fb[r] db[c, i, k])
-        jac = (self.stiffness[:, None, None] * direction)[..., None, None] * d_angle[:, :, None, None]
-        rows = self._fa[:, None, None, None]
-        jac += rows * (force[..., None, None, None] * da.transpose(0, 1, 3, 2, 4))[:, :, None]
-        rows = self._fb[:, None, None, None]
-        jac += rows * (force[..., None, None, None] * db.transpose(0, 1, 3, 2, 4))[:, :, None]
-        return jac.reshape(jac.shape[0], -1)
+        return self._expand(self._factors(q))
+
+    def jacobian_derivative(self, q, t, s):
+        """Values (B, nnz) of the Jacobian's derivative along ``s`` (B, n, 3): that of each factor M_p."""
+        return self._expand(self._factors(q, s))
 
     def jacobian_dot(self, q, t, s):
         """``dF/dq s`` (B, n, 3) from the derivatives of the angle and the side normals along ``s``, without
