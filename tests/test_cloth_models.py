@@ -479,6 +479,29 @@ def test_blender_spring_jacobian_derivative_matches_differences(bending_model):
     assert np.abs(exact - approx).max() < 1e-6 * np.abs(exact).max()
 
 
+@pytest.mark.parametrize("mesh", ["quads", "triangles", "mixed"])
+def test_blender_angular_jacobian_derivative_matches_differences(mesh):
+    """Each hinge term's analytic Jacobian derivative along s (linearized scheme) against central differences of
+    its Jacobian, per term; a zero step gives zero, and the derivative is linear in s."""
+    from solver_core.models.base import jacobian_difference
+    x, tris, quads = grid()
+    faces = {"quads": quads.tolist(), "triangles": tris.tolist(),
+             "mixed": quads[:4].tolist() + np.concatenate([quads[4:, [0, 1, 2]], quads[4:, [0, 2, 3]]]).tolist()}[mesh]
+    cloth = BlenderCloth(fold(x, 0.4, 6), faces, 0.3, 15.0, 10.0, 5.0, 0.5, bending_model="angular")
+    rng = np.random.default_rng(11)
+    q = np.stack([x * [1.08, 0.93, 1.0], x * [0.9, 0.95, 1.0], fold(x, 1.5, 9)]) + 0.01 * rng.standard_normal((3,) + x.shape)
+    s = rng.standard_normal(q.shape)
+    hinges = cloth.terms[1:]
+    assert hinges and all(type(term).__name__ == "BlenderAngularTerm" for term in hinges)
+    for term in hinges:
+        exact = term.jacobian_derivative(q, times(q), s)
+        approx = jacobian_difference(term, q, times(q), s)
+        assert exact.shape == approx.shape
+        assert np.abs(exact - approx).max() < 1e-6 * np.abs(exact).max()
+        np.testing.assert_allclose(term.jacobian_derivative(q, times(q), -2.0 * s), -2.0 * exact, rtol=1e-12, atol=1e-12)
+        assert np.abs(term.jacobian_derivative(q, times(q), np.zeros_like(s))).max() == 0.0
+
+
 @pytest.mark.parametrize("mesh", ["quads", "mixed"])
 def test_blender_jacobian_products_match_jacobian_and_differences(mesh):
     """Each Blender term's matrix-free dF/dq s equals its assembled Jacobian times s (to roundoff) and central
