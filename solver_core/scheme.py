@@ -130,11 +130,12 @@ def derivative_values(prob, q_prev, q_here, q_next, j, offsets=None):
     p_off, v_off = _OFFSETS[prob.scheme]
     want = (lambda o: True) if offsets is None else (lambda o: o in offsets)
     first = 1 if prob.scheme == "linearized" else p_off
-    values = [-implicit.jacobian_values(x, t) if want(first) else None]
+    # The models return fresh arrays (concatenations): negated and scaled in place, without temporaries.
+    values = [_negated(implicit.jacobian_values(x, t)) if want(first) else None]
     if prob.scheme == "linearized":
-        values.append(-implicit.jacobian_derivative(x, t, q_next - q_here) if want(0) else None)
+        values.append(_negated(implicit.jacobian_derivative(x, t, q_next - q_here)) if want(0) else None)
     if explicit is not None and explicit.terms:
-        values.append(-explicit.jacobian_values(x, t) if want(0) else None)
+        values.append(_negated(explicit.jacobian_values(x, t)) if want(0) else None)
     for group, k, velocity in ((implicit, v_off, v), (explicit, 0, None)):
         if group is None or not group.velocity_terms:
             continue
@@ -142,11 +143,17 @@ def derivative_values(prob, q_prev, q_here, q_next, j, offsets=None):
         if any(kept):
             velocity = (q_here - q_prev) / h if velocity is None else velocity
             d_dq, d_dv = group.velocity_jacobian_values(x, velocity, t)
-            parts = [-d_dq, -d_dv / h, d_dv / h]
+            d_dv /= h
+            parts = [_negated(d_dq), -d_dv if kept[1] else None, d_dv]
         else:
             parts = [None] * 3
         values += [part if keep else None for part, keep in zip(parts, kept)]
     return values
+
+
+def _negated(values):
+    """``values`` negated in place."""
+    return np.negative(values, out=values)
 
 
 def stable_force_part(prob, q_prev, q_here, q_next, j):
