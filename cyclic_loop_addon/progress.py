@@ -63,6 +63,7 @@ class Progress:
         self._first_iteration = None                # (time, iteration) of the phase's first callback
         self._last = (self.started, 0.0)            # (time, fraction) of the last callback
         self._shown = 0.0
+        self._shown_at = (self.started, None)      # (time, the phase's start) when ``shown`` was last asked
         self.budget = self.max_iters                # optimizing iterations expected
 
     def update(self, phase, iteration=0):
@@ -113,11 +114,16 @@ class Progress:
     @property
     def shown(self):
         """The fraction to show now: the last callback's, moved on at the iterations' pace (at most to
-        the next iteration's), never less than shown before."""
-        pace, (t, fraction) = self.pace, self._last
+        the next iteration's), never less than shown before. Within a phase, iterations faster than its
+        pace so far are caught up at that pace rather than in a jump: since the bar was last shown, it
+        moves at most one step per ``pace`` seconds."""
+        now, pace, (t, fraction) = self.clock(), self.pace, self._last
         if pace:
-            fraction += self.step * min((self.clock() - t) / pace, 0.9)
-        self._shown = max(self._shown, min(fraction, 1.0))
+            fraction += self.step * min((now - t) / pace, 0.9)
+            shown_at, phase_start = self._shown_at
+            if phase_start == self._phase_start:
+                fraction = min(fraction, self._shown + self.step * (now - shown_at) / pace)
+        self._shown, self._shown_at = max(self._shown, min(fraction, 1.0)), (now, self._phase_start)
         return self._shown
 
     @property

@@ -46,6 +46,26 @@ def test_progress_never_jumps_when_fast_projection_gives_up_early():
     assert p.headline().startswith("Writing the loop ") and p.time_text().endswith("almost done")
 
 
+def test_progress_catches_up_fast_iterations_at_their_pace_instead_of_jumping():
+    """Two iterations reported between two refreshes of the bar (faster than the pace so far) move it by
+    the pace, not by two steps at once; it catches up over the next refreshes."""
+    clock = Clock()
+    p = Progress(max_iters=20, init="forward", clock=clock)
+    for it in range(1, 4):
+        clock.t += 3.0
+        p.update("gauss_newton", it)
+    before = p.shown
+    clock.t += 0.5
+    p.update("gauss_newton", 4)
+    p.update("gauss_newton", 5)
+    clock.t += 0.5
+    assert p.shown - before == pytest.approx(p.step * 1.0 / p.pace)
+    for _ in range(20):
+        clock.t += 1.0
+        shown = p.shown
+    assert shown >= p.fraction
+
+
 def test_durations_in_words():
     assert (duration(5.4), duration(65), duration(3720)) == ("5 s", "1 min 05 s", "1 h 02 min")
     assert (about(30), about(150), about(4000)) == ("under a minute", "about 2 min", "about 1 h 07 min")
