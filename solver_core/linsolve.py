@@ -19,12 +19,7 @@ import scipy.sparse.linalg as spla
 
 from .forward import recycled_heap
 from .residual import ResidualJacobian, inertia_metric, penalty_terms, residual_steps
-from .structured_solve import StructuredBackend, pcg
-
-try:
-    from sksparse import cholmod
-except ImportError:  # scikit-sparse is optional
-    cholmod = None
+from .structured_solve import StructuredBackend, cholmod, pcg   # cholmod: None without scikit-sparse
 
 
 class NotPositiveDefinite(ArithmeticError):
