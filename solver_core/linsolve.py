@@ -3,7 +3,8 @@
 ``make_backend("auto" | "cholmod" | "scipy" | "structured")`` returns a backend that Gauss–Newton
 drives the same way whatever it is: ``bind(prob)`` once; per iteration ``g = linearize(q, u)``,
 ``direction(g, damping)`` (the step solving (J^T B J + damping D) d = -g, D the inertia metric) and
-``apply(d)`` (the Gauss–Newton product); ``tighten()`` when an inexact direction stalled (False: it
+``apply(d)`` (the Gauss–Newton product); ``residual_gradient(u)`` (J^T B u for any residual array u, at the
+last linearization); ``tighten()`` when an inexact direction stalled (False: it
 cannot); ``inexact``; ``name``. The direct backends (``DirectBackend``) assemble the matrix and
 factorize it: CHOLMOD computes the symbolic analysis on the first matrix and reuses it for every later
 one (the Gauss–Newton matrix keeps its sparsity pattern), and the last factorization preconditions conjugate
@@ -106,7 +107,7 @@ class DirectBackend:
         self.factorizations, self.reused, self.reuse_cg_iterations = 0, 0, []
         self.metric = inertia_metric(prob)
         self._jac = None
-        self._H = None
+        self._H = self._J = None
 
     @property
     def jac(self):
@@ -119,7 +120,7 @@ class DirectBackend:
         """(H, g): Gauss–Newton matrix J^T B J + K^T C K and gradient J^T B u + K^T C g at q (u: the
         residual at q, computed when not given)."""
         with recycled_heap():
-            J = self.jac.assemble(q)
+            J = self._J = self.jac.assemble(q)
             u = self.jac.active_rows(residual_steps(self.prob, q) if u is None else u)
             g = J.T @ (self.jac.row_weights * u)
             H = self.jac.normal_matrix(J)
@@ -172,6 +173,10 @@ class DirectBackend:
     def apply(self, d):
         """The Gauss–Newton product H d at the last linearization."""
         return self._H @ d
+
+    def residual_gradient(self, u):
+        """J^T B u at the last linearization, for a residual array u (n_steps, n, 3)."""
+        return self._J.T @ (self.jac.row_weights * self.jac.active_rows(u))
 
     def tighten(self):
         """A direct solve is exact: nothing to tighten."""

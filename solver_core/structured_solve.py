@@ -519,3 +519,8 @@ class StructuredBackend:
     def apply(self, d):
         """The Gauss–Newton product (J^T B J + penalty diagonal) d at the last linearization."""
         return self.op.apply_h(d)
+
+    def residual_gradient(self, u):
+        """J^T B u at the last linearization, for a residual array u (n_steps, n, 3)."""
+        op = self.op
+        return op.apply_jt(op.weight ** 2 * u.reshape(op.n_steps, -1)[:, op.active])

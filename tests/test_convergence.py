@@ -1,10 +1,12 @@
 """Convergence and honest reporting: the inner solve's stopping test, the trust region, the verdict, the seam plot."""
+import functools
+
 import numpy as np
 import pytest
 
 import solver_core as sc
 from solver_core import loop
-from solver_core.gauss_newton import GaussNewton
+from solver_core.gauss_newton import ACCEL_MAX, GaussNewton
 from solver_core.residual import residual_steps
 from solver_core.scenes.nbody import nbody_problem
 from solver_core.scenes.paper import SCENES
@@ -173,12 +175,14 @@ def test_remaining_decrease_of_a_geometric_crawl_and_not_of_a_fall_that_just_end
 def test_a_crawling_swinging_cloth_stops_when_its_loss_has_settled():
     # from the crossfade the loss falls linearly for tens of iterations (the cloth held near flat by the
     # loop's control: a flat membrane has no stiffness across itself, and the model of the loss misses its
-    # curvature there); measured: 61 iterations by the per-iteration tolerance alone, 40 with the rule
+    # curvature there); measured: 61 iterations by the per-iteration tolerance alone, 40 with the rule. The
+    # geodesic acceleration takes this valley in 23 iterations with or without the rule: the crawl is the
+    # plain Levenberg–Marquardt step's
     prob = SCENES["swinging_cloth"](0.12).prob
     q0 = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
-    run = GaussNewton(prob, backend="cholmod").run(q0, max_iters=200, tol=1e-6)
+    run = GaussNewton(prob, backend="cholmod", accelerate=False).run(q0, max_iters=200, tol=1e-6)
     assert run.stop_reason == "tol" and run.nit <= 45
-    longer = GaussNewton(prob, backend="cholmod").run(q0, max_iters=200, tol=1e-6, ftol=0.0)
+    longer = GaussNewton(prob, backend="cholmod", accelerate=False).run(q0, max_iters=200, tol=1e-6, ftol=0.0)
     assert longer.nit > 55 and run.history[-1]["loss"] <= 1.003 * longer.history[-1]["loss"]
 
 
@@ -192,9 +196,50 @@ def test_pins_that_do_not_come_back_make_the_wrap_visible_whatever_the_free_vert
 
 
 @pytest.mark.usefixtures("fast_projection_on_n_bodies")
-def test_a_settled_crawl_that_the_model_says_can_go_on_does_not_stop():
+def test_a_settled_crawl_that_the_model_says_can_go_on_does_not_stop(monkeypatch):
     # 4 bodies seed 4 from fast projection: the soft phase settled after 176 iterations (loss 1,141) while the
-    # undamped model still predicted 4.6% of the loss; the loss went on falling (1,066 at 200 iterations)
+    # undamped model still predicted 4.6% of the loss; the loss went on falling (1,066 at 200 iterations).
+    # Without the geodesic acceleration: with it the same loop converges in 195 iterations at loss 670.
+    monkeypatch.setattr(loop, "GaussNewton", functools.partial(GaussNewton, accelerate=False))
     res = sc.make_loop(nbody_problem(4, seed=4, perturbation=0.02))
     assert res.status == loop.ITERATION_CAP and res.gauss_newton_iterations == loop.MAX_ITERS
     assert res.final_loss < 1100
+
+
+@pytest.mark.parametrize("backend", ["cholmod", "scipy", "structured"])
+def test_geodesic_acceleration_cancels_the_second_order_residual_along_the_step(backend):
+    # J^T B (J a + r_vv) = 0 for the undamped acceleration: along q + t v + t^2 a / 2 the residual's part
+    # beyond first order is O(t^3) in J's range where along q + t v it is t^2 r_vv / 2 (measured 0.005 of it;
+    # 0.067 with the structured solve's default forcing 0.1)
+    if backend == "cholmod":
+        pytest.importorskip("sksparse")
+    prob, q = small_cloth(n_frames=8)
+    gn = GaussNewton(prob, StructuredBackend(forcing=1e-10, max_cg=400) if backend == "structured" else backend)
+    u = residual_steps(prob, q)
+    g = gn.backend.linearize(q, u)
+    np.testing.assert_allclose(gn.backend.residual_gradient(u), g, rtol=1e-10, atol=1e-12 * np.abs(g).max())
+    v = 0.3 * gn.backend.direction(g, 0.0)
+    a = gn.acceleration(q, u, v, 0.0)
+    free = np.flatnonzero(prob.free_mask())
+
+    def r(x):
+        return residual_steps(prob, gn._moved(q, x, free))
+
+    jv = (r(1e-6 * v) - r(-1e-6 * v)) / 2e-6
+    t = 1e-2
+    beyond = [np.linalg.norm(gn.backend.residual_gradient(r(t * v + 0.5 * t * t * x) - u - t * jv)) for x in (0 * a, a)]
+    assert beyond[1] <= 0.05 * beyond[0]
+
+
+def test_geodesic_acceleration_shortens_a_canyon_crawl():
+    # the swinging cloth from its crossfade (scale 0.08): the damped steps crawl along a curved valley;
+    # measured 32 iterations without the acceleration, 15 with it, to a 0.5% lower loss
+    prob = SCENES["swinging_cloth"](0.08).prob
+    q0 = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
+    plain = GaussNewton(prob, backend="cholmod", accelerate=False).run(q0, max_iters=200, tol=1e-6)
+    accelerated = GaussNewton(prob, backend="cholmod").run(q0, max_iters=200, tol=1e-6)
+    assert plain.stop_reason == accelerated.stop_reason == "tol"
+    used = [h["accel_ratio"] <= ACCEL_MAX for h in accelerated.history[1:]]
+    assert sum(used) >= 0.8 * len(used)
+    assert accelerated.nit <= 0.6 * plain.nit
+    assert accelerated.history[-1]["loss"] <= 1.001 * plain.history[-1]["loss"]
