@@ -15,6 +15,7 @@ import contextlib
 import copy
 import ctypes
 import ctypes.util
+import functools
 
 import numpy as np
 import scipy.linalg as sla
@@ -87,10 +88,17 @@ _FIXED_THRESHOLD = 128 * 1024          # glibc's initial mmap and trim threshold
 _RECYCLED_THRESHOLD = 1 << 30
 
 
+@functools.lru_cache(maxsize=None)
+def _libc():
+    """The C library, looked up once: ``find_library`` runs ``ldconfig -p`` in a child process (~25 ms of wall
+    time; ``recycled_heap`` enters and leaves 4-5 times per Gauss–Newton iteration)."""
+    return ctypes.CDLL(ctypes.util.find_library("c"))
+
+
 def _mallopt(*settings):
     """glibc ``mallopt(param, value)`` for each pair; nothing without glibc."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc = _libc()
         for param, value in settings:
             libc.mallopt(ctypes.c_int(param), ctypes.c_int(value))
     except (OSError, AttributeError, TypeError):
