@@ -40,12 +40,15 @@ def _penalty_gradient_and_diagonal(prob, q, free_flat):
 
 # Factorization reuse (``DirectBackend.solve_system``): conjugate gradients on the current matrix preconditioned
 # by the last factorization, to a relative residual at which the direction is that of the direct solve, at
-# most REUSE_CG_ITERS iterations (each costs a pair of triangular solves, ~1/24 of a factorization on the
-# 150-vertex flag), given up from iteration REUSE_PACE on when slower than the pace that reaches REUSE_RTOL
-# in time. Measured on that flag's first 24 frames (10,080 unknowns, 29 iterations from the cache): 68 -> 38
-# factorizations, the same losses to 6 digits; 30 directions by CG (3-11 iterations); on the whole flag
-# (20,160 unknowns, bake.py) 251 -> 187 s of CPU, the same loop.
-REUSE_RTOL, REUSE_CG_ITERS, REUSE_PACE = 1e-10, 12, 3
+# most REUSE_CG_ITERS iterations (each costs a pair of triangular solves and a product with the matrix, ~1/35
+# of a factorization on the 150-vertex flag), given up from iteration REUSE_PACE on when slower than the pace
+# that reaches REUSE_RTOL in time. Measured on that flag's first 24 frames (10,080 unknowns, 29 iterations
+# from the cache): 68 -> 38 factorizations, the same losses to 6 digits; 30 directions by CG (3-11
+# iterations); on the whole flag (20,160 unknowns, bake.py) 251 -> 187 s of CPU, the same loop. There the
+# directions after a damping raise of 4-8x or at the next linearization of the last iterations need 13-29
+# iterations to 1e-10, 11-24 to 1e-8: at 1e-10 and 12 iterations 41 factorizations in 68 directions (solves
+# 97 s of CPU), at 1e-8 and 24 iterations 25 (70 s), the same 26 iterations, losses equal to 7 digits.
+REUSE_RTOL, REUSE_CG_ITERS, REUSE_PACE = 1e-8, 24, 3
 
 
 _blas_threads = None
