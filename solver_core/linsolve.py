@@ -188,7 +188,8 @@ BEST_ORDERING_MIN_UNKNOWNS = 5_000
 
 
 class CholmodBackend(DirectBackend):
-    """CHOLMOD supernodal Cholesky with the symbolic analysis reused across factorizations."""
+    """CHOLMOD supernodal Cholesky with the symbolic analysis reused across factorizations (of every problem
+    the backend is bound to whose matrix has the same pattern: the runs of a race)."""
 
     name = "cholmod"
 
@@ -196,14 +197,16 @@ class CholmodBackend(DirectBackend):
         if cholmod is None:
             raise ImportError("scikit-sparse (CHOLMOD) is not installed; use backend='scipy'")
         self._factor = None
+        self._columns = None   # the column pointers of the analyzed pattern
         self.analyses = 0
 
     def factorize(self, A, shift=0.0):
         A = sp.csc_matrix(A)
         try:
-            if self._factor is None:
+            if self._factor is None or not np.array_equal(A.indptr, self._columns):
                 order = "best" if A.shape[0] >= BEST_ORDERING_MIN_UNKNOWNS else "amd"
                 self._factor = cholmod.analyze(A, mode="supernodal", ordering_method=order)
+                self._columns = A.indptr.copy()
                 self.analyses += 1
             self._factor.cholesky_inplace(A, beta=shift)
         except cholmod.CholmodNotPositiveDefiniteError as exc:
