@@ -309,7 +309,10 @@ class _HingeStencil:
         self._wv_a = (unit[0] + unit[1] + is_a) / la - (unit[0] + unit[1]) / 2
         self._wv_b = (unit[0] + unit[1] + is_b) / lb - (unit[0] + unit[1]) / 2
         self._scatter = VertexScatter(self.stencil, n_vertices)
-        self._pattern = block_pattern(self.stencil)
+        # in (hinge, i, k, r, c) order, jac[r, i, c, k] = d force_{r, i} / d x_{c, k}: the order in which
+        # ``_expand`` computes the values (the per-slot order of ``block_pattern`` cost a transposed copy)
+        self._pattern = tuple(x.reshape(-1, slots, 3, slots, 3).transpose(0, 2, 4, 1, 3).ravel()
+                              for x in block_pattern(self.stencil))
         # jac[r, i, c, k] = sum_p rows_p[r] cols_p[c] M_p[i, k] (``_expand``): the six (force side, edge) pairs
         # of dF/dq and the four (force side, velocity side) pairs of the damping's dG/dv
         self._position_coef = _coefficients([self._fa] * 3 + [self._fb] * 3, [self._cu_a, self._cv_a, self._cv_b] * 2)
@@ -319,9 +322,7 @@ class _HingeStencil:
         """Values (B, nnz) of jac[r, i, c, k] = sum_p rows_p[r] cols_p[c] M_p[i, k] from the 3x3 blocks ``factors``
         (B, m, P, 3, 3) and ``coef`` (P, slots * slots) of ``_coefficients``."""
         batch, m, parts = factors.shape[:3]
-        slots = self.stencil.shape[1]
-        jac = factors.reshape(batch, m, parts, 9).transpose(0, 1, 3, 2) @ coef
-        return jac.reshape(batch, m, 3, 3, slots, slots).transpose(0, 1, 4, 2, 5, 3).reshape(batch, -1)
+        return (factors.reshape(batch, m, parts, 9).transpose(0, 1, 3, 2) @ coef).reshape(batch, -1)
 
     def jacobian_pattern(self):
         return self._pattern
@@ -488,7 +489,7 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
         c = ``SWEEP_BENDING``, the Gauss–Newton part of a bending energy's Hessian (the exact Jacobian is
         neither symmetric nor definite, and an implicit step's tangent through it can grow without bound)."""
         d_angle = self._geometry(q, True)[5]
-        jac = -(SWEEP_BENDING * self.stiffness[:, None, None] * d_angle)[..., None, None] * d_angle[:, :, None, None]
+        jac = -np.einsum("bmri,bmck->bmikrc", SWEEP_BENDING * self.stiffness[:, None, None] * d_angle, d_angle)
         return jac.reshape(jac.shape[0], -1)
 
 
