@@ -12,6 +12,7 @@ scikit-sparse is not importable. "structured" (see ``structured_solve``) never a
 """
 import contextlib
 import ctypes
+import weakref
 
 import numpy as np
 import scipy.sparse as sp
@@ -49,6 +50,11 @@ def _penalty_gradient_and_diagonal(prob, q, free_flat):
 # iterations to 1e-10, 11-24 to 1e-8: at 1e-10 and 12 iterations 41 factorizations in 68 directions (solves
 # 97 s of CPU), at 1e-8 and 24 iterations 25 (70 s), the same 26 iterations, losses equal to 7 digits.
 REUSE_RTOL, REUSE_CG_ITERS, REUSE_PACE = 1e-8, 24, 3
+# ... not tried on the matrix of the factorization's own linearization when the damping differs from the
+# factorization's by more than this factor (the preconditioned matrix's condition number is up to the ratio):
+# there at 1e-8 and 24 iterations ratios 8 and 16 took 10-11 and 22-24 iterations, 33 and 64 all failed
+# (8-9 and 19-20 iterations spent)
+REUSE_DAMPING_RATIO = 20.0
 
 
 _blas_threads = None
@@ -106,6 +112,8 @@ class DirectBackend:
         """Solve for the LoopProblem ``prob`` from now on."""
         self.prob = prob
         self._factored = False
+        self._factored_for = (lambda: None, 0.0)   # (weak reference to the matrix without damping, damping) of the
+        # last factorization
         self.factorizations, self.reused, self.reuse_cg_iterations = 0, 0, []
         self.metric = inertia_metric(prob)
         self._jac = None
@@ -142,9 +150,10 @@ class DirectBackend:
             return self._solve_system(H, g, damping)
 
     def _solve_system(self, H, g, damping):
+        undamped = H
         if damping > 0:
             H = (H + sp.diags(damping * self.metric)).tocsc()
-        if self.reuse and self._factored:
+        if self.reuse and self._factored and not self._far(undamped, damping):
             d, iterations, converged = pcg(H.dot, -g, self.solve, REUSE_RTOL, REUSE_CG_ITERS, pace=REUSE_PACE)
             self.reuse_cg_iterations.append(iterations)
             if converged:
@@ -157,11 +166,18 @@ class DirectBackend:
             try:
                 self._factored = False
                 self.factorize(H, shift)
-                self._factored = True
+                self._factored, self._factored_for = True, (weakref.ref(undamped), damping)
                 return -self.solve(g)
             except NotPositiveDefinite:
                 shift = scale * (1e-10 if shift == 0.0 else shift / scale * 100)
         raise NotPositiveDefinite("the Gauss–Newton matrix stays singular even with a Levenberg shift")
+
+    def _far(self, H, damping):
+        """True when the last factorization is of ``H`` itself at a damping more than REUSE_DAMPING_RATIO times
+        larger or smaller than ``damping`` (both positive)."""
+        matrix, factored = self._factored_for
+        low, high = sorted((damping, factored))
+        return matrix() is H and low > 0 and high > REUSE_DAMPING_RATIO * low
 
     def linearize(self, q, u):
         """Gradient at q with residual u; assembles the matrix of the next ``direction`` solves."""

@@ -246,3 +246,23 @@ def test_cache_or_forward_race_shares_one_symbolic_analysis(monkeypatch):
     backend = made[0]
     sc.GaussNewton(hard, backend).run(hard.apply_constraints(steps), max_iters=1)
     assert backend.analyses == 2
+
+
+def test_factor_reuse_skips_far_dampings_of_its_own_linearization():
+    """At the linearization of the last factorization, CG preconditioned by it is tried for a damping within
+    REUSE_DAMPING_RATIO of the factorization's and not beyond (a fresh factorization at once); at the next
+    linearization it is tried whatever the damping."""
+    from solver_core.linsolve import REUSE_DAMPING_RATIO
+    prob, q = blender_cloth(n_frames=8, forward=True)
+    backend = make_backend("cholmod")
+    backend.bind(prob)
+    g = backend.linearize(q, residual_steps(prob, q))
+    backend.direction(g, 1e-2)
+    backend.direction(g, 2e-2)
+    assert backend.factorizations == 1 and len(backend.reuse_cg_iterations) == 1
+    backend.direction(g, 1e-2 * 2 * REUSE_DAMPING_RATIO)
+    assert backend.factorizations == 2 and len(backend.reuse_cg_iterations) == 1
+    q2 = q + 1e-4 * np.random.default_rng(3).normal(size=q.shape)
+    g2 = backend.linearize(q2, residual_steps(prob, q2))
+    backend.direction(g2, 1e-2)
+    assert len(backend.reuse_cg_iterations) == 2
