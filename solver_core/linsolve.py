@@ -75,8 +75,8 @@ def plus_diagonal(H, values, positions):
 REUSE_RTOL, REUSE_CG_ITERS, REUSE_PACE = 1e-8, 24, 3
 # ... not tried on the matrix of the factorization's own linearization when the damping differs from the
 # factorization's by more than this factor (the preconditioned matrix's condition number is up to the ratio):
-# there at 1e-8 and 24 iterations ratios 8 and 16 took 10-11 and 22-24 iterations, 33 and 64 all failed
-# (8-9 and 19-20 iterations spent)
+# there at 1e-8 and 24 iterations ratios of 8 took 10-21 iterations, of 16 22 and 24 (a third failed after 4),
+# of 63-64 and 516 all six failed, after 4-20 iterations (65 in all)
 REUSE_DAMPING_RATIO = 20.0
 
 
