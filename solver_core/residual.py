@@ -75,7 +75,7 @@ class ResidualJacobian:
     Computed once: per time offset o, the distinct spatial entries of du_j/dq_{j+o} (the inertia and drag
     diagonal and the model's parts, whose patterns repeat entries) with a sparse 0/1 matrix summing each
     part's values onto them, and the CSR slot of every (step, offset, entry). Each ``assemble(q)``
-    evaluates the force Jacobians of all steps, sums them per offset (one sparse product per part) and
+    evaluates the force Jacobians of all steps, sums them per offset (one sparse product per pattern) and
     scatters the sums into J's slots.
     """
 
