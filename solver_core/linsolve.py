@@ -13,6 +13,7 @@ scikit-sparse is not importable. "structured" (see ``structured_solve``) never a
 """
 import contextlib
 import ctypes
+import weakref
 
 import numpy as np
 import scipy.sparse as sp
@@ -39,14 +40,45 @@ def _penalty_gradient_and_diagonal(prob, q, free_flat):
     return grad[free_flat], diag[free_flat]
 
 
+def diagonal_positions(H):
+    """The positions of the diagonal entries in the data of the CSC matrix ``H``, None unless every diagonal entry
+    is stored once (or ``H`` is not CSC)."""
+    if H.format != "csc":
+        return None
+    cols = np.repeat(np.arange(H.shape[1]), np.diff(H.indptr))
+    where = np.flatnonzero(H.indices == cols)
+    return where if where.size == H.shape[0] else None
+
+
+def plus_diagonal(H, values, positions):
+    """CSC ``H + diag(values)`` (a new matrix, ``H`` kept): with the ``diagonal_positions`` of ``H`` on its
+    pattern, a copy of its values (150-vertex flag, on the ``recycled_heap``: 9 ms against the sparse sum's 19-24
+    ms, for each of the 68 damped matrices of a bake)."""
+    if positions is None:
+        return (H + sp.diags(values)).tocsc()
+    data = H.data.copy()
+    data[positions] += values
+    out = sp.csc_matrix((data, H.indices, H.indptr), shape=H.shape)
+    out.has_sorted_indices = H.has_sorted_indices
+    return out
+
+
 # Factorization reuse (``DirectBackend.solve_system``): conjugate gradients on the current matrix preconditioned
 # by the last factorization, to a relative residual at which the direction is that of the direct solve, at
-# most REUSE_CG_ITERS iterations (each costs a pair of triangular solves, ~1/24 of a factorization on the
-# 150-vertex flag), given up from iteration REUSE_PACE on when slower than the pace that reaches REUSE_RTOL
-# in time. Measured on that flag's first 24 frames (10,080 unknowns, 29 iterations from the cache): 68 -> 38
-# factorizations, the same losses to 6 digits; 30 directions by CG (3-11 iterations); on the whole flag
-# (20,160 unknowns, bake.py) 251 -> 187 s of CPU, the same loop.
-REUSE_RTOL, REUSE_CG_ITERS, REUSE_PACE = 1e-10, 12, 3
+# most REUSE_CG_ITERS iterations (each costs a pair of triangular solves and a product with the matrix, ~1/35
+# of a factorization on the 150-vertex flag), given up from iteration REUSE_PACE on when slower than the pace
+# that reaches REUSE_RTOL in time. Measured on that flag's first 24 frames (10,080 unknowns, 29 iterations
+# from the cache): 68 -> 38 factorizations, the same losses to 6 digits; 30 directions by CG (3-11
+# iterations); on the whole flag (20,160 unknowns, bake.py) 251 -> 187 s of CPU, the same loop. There the
+# directions after a damping raise of 4-8x or at the next linearization of the last iterations need 13-29
+# iterations to 1e-10, 11-24 to 1e-8: at 1e-10 and 12 iterations 41 factorizations in 68 directions (solves
+# 97 s of CPU), at 1e-8 and 24 iterations 25 (70 s), the same 26 iterations, losses equal to 7 digits.
+REUSE_RTOL, REUSE_CG_ITERS, REUSE_PACE = 1e-8, 24, 3
+# ... not tried on the matrix of the factorization's own linearization when the damping differs from the
+# factorization's by more than this factor (the preconditioned matrix's condition number is up to the ratio):
+# there at 1e-8 and 24 iterations ratios of 8 took 10-21 iterations, of 16 22 and 24 (a third failed after 4),
+# of 63-64 and 516 all six failed, after 4-20 iterations (65 in all)
+REUSE_DAMPING_RATIO = 20.0
 
 
 _blas_threads = None
@@ -104,10 +136,13 @@ class DirectBackend:
         """Solve for the LoopProblem ``prob`` from now on."""
         self.prob = prob
         self._factored = False
+        self._factored_for = (lambda: None, 0.0)   # (weak reference to the matrix without damping, damping) of the
+        # last factorization
         self.factorizations, self.reused, self.reuse_cg_iterations = 0, 0, []
         self.metric = inertia_metric(prob)
         self._jac = None
         self._H = self._J = None
+        self._positions = None   # ``diagonal_positions`` of _H
 
     @property
     def jac(self):
@@ -126,7 +161,7 @@ class DirectBackend:
             H = self.jac.normal_matrix(J)
             pg, pdiag = _penalty_gradient_and_diagonal(self.prob, q, self.jac.free_flat)
             if np.any(pdiag):
-                H = H + sp.diags(pdiag, format="csc")
+                H = plus_diagonal(H, pdiag, diagonal_positions(H))
         return H, g + pg
 
     def solve_system(self, H, g, damping=0.0):
@@ -140,9 +175,10 @@ class DirectBackend:
             return self._solve_system(H, g, damping)
 
     def _solve_system(self, H, g, damping):
+        undamped = H
         if damping > 0:
-            H = (H + sp.diags(damping * self.metric)).tocsc()
-        if self.reuse and self._factored:
+            H = plus_diagonal(H, damping * self.metric, self._positions if H is self._H else diagonal_positions(H))
+        if self.reuse and self._factored and not self._far(undamped, damping):
             d, iterations, converged = pcg(H.dot, -g, self.solve, REUSE_RTOL, REUSE_CG_ITERS, pace=REUSE_PACE)
             self.reuse_cg_iterations.append(iterations)
             if converged:
@@ -155,15 +191,23 @@ class DirectBackend:
             try:
                 self._factored = False
                 self.factorize(H, shift)
-                self._factored = True
+                self._factored, self._factored_for = True, (weakref.ref(undamped), damping)
                 return -self.solve(g)
             except NotPositiveDefinite:
                 shift = scale * (1e-10 if shift == 0.0 else shift / scale * 100)
         raise NotPositiveDefinite("the Gauss–Newton matrix stays singular even with a Levenberg shift")
 
+    def _far(self, H, damping):
+        """True when the last factorization is of ``H`` itself at a damping more than REUSE_DAMPING_RATIO times
+        larger or smaller than ``damping`` (both positive)."""
+        matrix, factored = self._factored_for
+        low, high = sorted((damping, factored))
+        return matrix() is H and low > 0 and high > REUSE_DAMPING_RATIO * low
+
     def linearize(self, q, u):
         """Gradient at q with residual u; assembles the matrix of the next ``direction`` solves."""
         self._H, g = self.system(q, u)
+        self._positions = diagonal_positions(self._H)
         return g
 
     def direction(self, g, damping=0.0):
@@ -190,7 +234,8 @@ BEST_ORDERING_MIN_UNKNOWNS = 5_000
 
 
 class CholmodBackend(DirectBackend):
-    """CHOLMOD supernodal Cholesky with the symbolic analysis reused across factorizations."""
+    """CHOLMOD supernodal Cholesky with the symbolic analysis reused across factorizations (of every problem
+    the backend is bound to whose matrix has the same pattern: the runs of a race)."""
 
     name = "cholmod"
 
@@ -198,14 +243,16 @@ class CholmodBackend(DirectBackend):
         if cholmod is None:
             raise ImportError("scikit-sparse (CHOLMOD) is not installed; use backend='scipy'")
         self._factor = None
+        self._columns = None   # the column pointers of the analyzed pattern
         self.analyses = 0
 
     def factorize(self, A, shift=0.0):
         A = sp.csc_matrix(A)
         try:
-            if self._factor is None:
+            if self._factor is None or not np.array_equal(A.indptr, self._columns):
                 order = "best" if A.shape[0] >= BEST_ORDERING_MIN_UNKNOWNS else "amd"
                 self._factor = cholmod.analyze(A, mode="supernodal", ordering_method=order)
+                self._columns = A.indptr.copy()
                 self.analyses += 1
             self._factor.cholesky_inplace(A, beta=shift)
         except cholmod.CholmodNotPositiveDefiniteError as exc:

@@ -75,7 +75,7 @@ class ResidualJacobian:
     Computed once: per time offset o, the distinct spatial entries of du_j/dq_{j+o} (the inertia and drag
     diagonal and the model's parts, whose patterns repeat entries) with a sparse 0/1 matrix summing each
     part's values onto them, and the CSR slot of every (step, offset, entry). Each ``assemble(q)``
-    evaluates the force Jacobians of all steps, sums them per offset (one sparse product per part) and
+    evaluates the force Jacobians of all steps, sums them per offset (one sparse product per pattern) and
     scatters the sums into J's slots.
     """
 
@@ -98,11 +98,18 @@ class ResidualJacobian:
         self._entries = {o: np.unique(np.concatenate([diagonal] + [r * dof + c for p, r, c in self._parts if p == o]))
                          for o in self._diagonals}
         self._diagonal_slots = {o: np.searchsorted(keys, diagonal) for o, keys in self._entries.items()}
-        self._sums = []
-        for o, r, c in self._parts:
+        # parts at one offset on one pattern (a velocity term's dG/dq and dG/dv at the same offset, force and
+        # velocity terms on the same springs and hinges) are added before one product sums them onto the entries
+        self._groups = []   # (offset, part indices, 0/1 matrix (entries x pattern nonzeros))
+        for index, (o, r, c) in enumerate(self._parts):
+            same = [g for g in self._groups if g[0] == o and np.array_equal(self._parts[g[1][0]][1], r)
+                    and np.array_equal(self._parts[g[1][0]][2], c)]
+            if same:
+                same[0][1].append(index)
+                continue
             slots = np.searchsorted(self._entries[o], r * dof + c)
-            self._sums.append(sp.csr_matrix((np.ones(r.size), (np.arange(r.size), slots)),
-                                            shape=(r.size, self._entries[o].size)))
+            self._groups.append((o, [index], sp.csr_matrix((np.ones(r.size), (slots, np.arange(r.size))),
+                                                           shape=(self._entries[o].size, r.size))))
         j = np.arange(n_steps)[:, None]
         rows = np.concatenate([(j * dof + k // dof).ravel() for k in self._entries.values()])
         cols = np.concatenate([(((j + o) % n_steps) * dof + k % dof).ravel() for o, k in self._entries.items()])
@@ -125,8 +132,13 @@ class ResidualJacobian:
         values = scheme.derivative_values(prob, np.roll(q, 1, axis=0), q, np.roll(q, -1, axis=0),
                                           np.arange(prob.n_steps))
         summed = {o: np.zeros((prob.n_steps, keys.size)) for o, keys in self._entries.items()}
-        for (o, _, _), part, matrix in zip(self._parts, values, self._sums):
-            summed[o] += part @ matrix
+        for o, parts, matrix in self._groups:
+            total = values[parts[0]]
+            for k in parts[1:]:
+                total += values[k]   # derivative_values' arrays are fresh: added in place
+            # step by step: a product with the (steps x nonzeros) array at once copies its transpose first
+            for row, step_values in zip(summed[o], total):
+                row += matrix @ step_values
         for o, coefficients in self._diagonals.items():
             summed[o][:, self._diagonal_slots[o]] += coefficients
         flat = np.concatenate([part.ravel() for part in summed.values()])

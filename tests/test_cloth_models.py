@@ -463,6 +463,24 @@ def test_blender_velocity_damping_jacobians_and_reference(bending_model):
     np.testing.assert_allclose(cloth.velocity_forces(q[-1:], v[-1:], np.zeros(1))[0], expected, atol=1e-12)
 
 
+@pytest.mark.parametrize("mesh", ["quads", "triangles", "mixed"])
+def test_blender_angular_damping_jacobians_match_differences(mesh):
+    """The hinges' damping (its Jacobians assembled from 3x3 blocks per hinge) against central differences of its
+    forces, in positions and velocities, on every kind of hinge (quad-quad, triangle-triangle, a quad's diagonal)."""
+    x, tris, quads = grid()
+    faces = {"quads": quads.tolist(), "triangles": tris.tolist(),
+             "mixed": quads[:4].tolist() + np.concatenate([quads[4:, [0, 1, 2]], quads[4:, [0, 2, 3]]]).tolist()}[mesh]
+    cloth = BlenderCloth(fold(x, 0.4, 6), faces, 0.3, 15.0, 10.0, 5.0, 0.5, bending_model="angular", angular_damping=0.7)
+    rng = np.random.default_rng(12)
+    q = np.stack([x * [1.08, 0.93, 1.0], fold(x, 1.5, 9)]) + 0.01 * rng.standard_normal((2,) + x.shape)
+    v = rng.standard_normal(q.shape)
+    hinges = [term for term in cloth.velocity_terms if type(term).__name__ == "BlenderAngularDampingTerm"]
+    assert hinges
+    for term in hinges:
+        assert all(np.abs(values).max() > 0 for values in term.jacobian_values(q, v, times(q)))
+        assert_velocity_jacobian_matches(term, q, v, times(q))
+
+
 @pytest.mark.parametrize("bending_model", ["angular", "linear"])
 def test_blender_spring_jacobian_derivative_matches_differences(bending_model):
     """The springs' analytic Jacobian derivative along s (linearized scheme) against central differences."""

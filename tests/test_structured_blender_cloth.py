@@ -227,3 +227,42 @@ def test_soft_first_frames_take_the_frame_blocks_where_the_sweep_stalls():
         g = backend.linearize(q, residual_steps(prob, q))
         _, iterations[name], _ = pcg(backend.op.apply_h, -g, backend.preconditioner.apply, 1e-3, 500)
     assert iterations["blocks"] < 100 and iterations["sweep"] == 500, iterations
+
+
+def test_cache_or_forward_race_shares_one_symbolic_analysis(monkeypatch):
+    """Both runs of loop_clip's "cache_or_forward" race factorize through one direct backend: one symbolic
+    analysis; a problem of another pattern (here hard initial conditions, fewer unknowns) is analyzed anew."""
+    prob, _ = blender_cloth(n_frames=8, forward=True, eps=(1e-3, 1e-3))
+    steps = sc.simulate(prob)
+    clip = prob.frames_of(steps)
+    made = []
+    monkeypatch.setattr(sc.clip_loop, "make_backend", lambda name: made.append(make_backend(name)) or made[-1])
+    monkeypatch.setattr(sc.clip_loop, "BEHIND", np.inf)   # the second run goes on to its end
+    res = sc.loop_clip(prob, clip, "cache_or_forward", max_iters=3, backend="cholmod")
+    assert "started from the cache and from the solver's own simulation" in res.message
+    assert len(made) == 1 and made[0].analyses == 1 and made[0].factorizations >= 1
+    hard = sc.LoopProblem(prob.model, prob.n_frames, prob.dt, prob.r0, prob.r1, scheme=prob.scheme,
+                          pins=prob.pins, substeps=prob.substeps)
+    backend = made[0]
+    sc.GaussNewton(hard, backend).run(hard.apply_constraints(steps), max_iters=1)
+    assert backend.analyses == 2
+
+
+def test_factor_reuse_skips_far_dampings_of_its_own_linearization():
+    """At the linearization of the last factorization, CG preconditioned by it is tried for a damping within
+    REUSE_DAMPING_RATIO of the factorization's and not beyond (a fresh factorization at once); at the next
+    linearization it is tried whatever the damping."""
+    from solver_core.linsolve import REUSE_DAMPING_RATIO
+    prob, q = blender_cloth(n_frames=8, forward=True)
+    backend = make_backend("cholmod")
+    backend.bind(prob)
+    g = backend.linearize(q, residual_steps(prob, q))
+    backend.direction(g, 1e-2)
+    backend.direction(g, 2e-2)
+    assert backend.factorizations == 1 and len(backend.reuse_cg_iterations) == 1
+    backend.direction(g, 1e-2 * 2 * REUSE_DAMPING_RATIO)
+    assert backend.factorizations == 2 and len(backend.reuse_cg_iterations) == 1
+    q2 = q + 1e-4 * np.random.default_rng(3).normal(size=q.shape)
+    g2 = backend.linearize(q2, residual_steps(prob, q2))
+    backend.direction(g2, 1e-2)
+    assert len(backend.reuse_cg_iterations) == 2

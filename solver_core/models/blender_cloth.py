@@ -277,6 +277,16 @@ class BlenderSpringDampingTerm(VelocityTerm):
         return _spring_blocks(g_q), _spring_blocks(g_v)
 
 
+def _coefficients(rows, cols):
+    """(P, slots * slots): the outer products of the per-slot coefficient vectors ``rows[p]`` and ``cols[p]``."""
+    return np.stack([outer(r, c).ravel() for r, c in zip(rows, cols)])
+
+
+def _cross_rows(g, x):
+    """g [x]_x (B, m, 3, 3): rows g_i x x."""
+    return np.cross(g, x[..., None, :])
+
+
 class _HingeStencil:
     """Geometry of Blender's angular springs: stencil (i, j, others_a, others_b), side normals and angle."""
 
@@ -299,7 +309,20 @@ class _HingeStencil:
         self._wv_a = (unit[0] + unit[1] + is_a) / la - (unit[0] + unit[1]) / 2
         self._wv_b = (unit[0] + unit[1] + is_b) / lb - (unit[0] + unit[1]) / 2
         self._scatter = VertexScatter(self.stencil, n_vertices)
-        self._pattern = block_pattern(self.stencil)
+        # in (hinge, i, k, r, c) order, jac[r, i, c, k] = d force_{r, i} / d x_{c, k}: the order in which
+        # ``_expand`` computes the values (the per-slot order of ``block_pattern`` cost a transposed copy)
+        self._pattern = tuple(x.reshape(-1, slots, 3, slots, 3).transpose(0, 2, 4, 1, 3).ravel()
+                              for x in block_pattern(self.stencil))
+        # jac[r, i, c, k] = sum_p rows_p[r] cols_p[c] M_p[i, k] (``_expand``): the six (force side, edge) pairs
+        # of dF/dq and the four (force side, velocity side) pairs of the damping's dG/dv
+        self._position_coef = _coefficients([self._fa] * 3 + [self._fb] * 3, [self._cu_a, self._cv_a, self._cv_b] * 2)
+        self._velocity_coef = _coefficients([self._fa, self._fa, self._fb, self._fb], [self._wv_a, self._wv_b] * 2)
+
+    def _expand(self, factors, coef):
+        """Values (B, nnz) of jac[r, i, c, k] = sum_p rows_p[r] cols_p[c] M_p[i, k] from the 3x3 blocks ``factors``
+        (B, m, P, 3, 3) and ``coef`` (P, slots * slots) of ``_coefficients``."""
+        batch, m, parts = factors.shape[:3]
+        return (factors.reshape(batch, m, parts, 9).transpose(0, 1, 3, 2) @ coef).reshape(batch, -1)
 
     def jacobian_pattern(self):
         return self._pattern
@@ -400,11 +423,7 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
             gv, gw = np.einsum("bmi,bmik->bmk", alpha, av), np.einsum("bmi,bmik->bmk", beta, bw)
             return gu, gv, gw
 
-        def cross_rows(g, x):
-            """g [x]_x (B, m, 3, 3): rows g_i x x."""
-            return np.cross(g, x[..., None, :])
-
-        mats = (-cross_rows(g_a, v), cross_rows(g_a, u), cross_rows(g_b, w), -cross_rows(g_b, u), -g_e)
+        mats = (-_cross_rows(g_a, v), _cross_rows(g_a, u), _cross_rows(g_b, w), -_cross_rows(g_b, u), -g_e)
         alpha = (cos[..., None] * np.cross(b, e) - sin[..., None] * b) / r
         beta = (cos[..., None] * np.cross(e, a) - sin[..., None] * a) / r
         gamma = cos[..., None] * np.cross(a, b) / r
@@ -429,8 +448,8 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
         g_a_s = projector_change(a, len_a, a_s, np.sum(a * (np.cross(du, v) + np.cross(u, dv)), -1))
         g_b_s = projector_change(b, len_b, b_s, np.sum(b * (np.cross(dw, u) + np.cross(w, du)), -1))
         g_e_s = projector_change(e, length, e_s, -np.sum(e * du, -1))
-        mats_s = (-cross_rows(g_a_s, v) - cross_rows(g_a, dv), cross_rows(g_a_s, u) + cross_rows(g_a, du),
-                  cross_rows(g_b_s, w) + cross_rows(g_b, dw), -cross_rows(g_b_s, u) - cross_rows(g_b, du), -g_e_s)
+        mats_s = (-_cross_rows(g_a_s, v) - _cross_rows(g_a, dv), _cross_rows(g_a_s, u) + _cross_rows(g_a, du),
+                  _cross_rows(g_b_s, w) + _cross_rows(g_b, dw), -_cross_rows(g_b_s, u) - _cross_rows(g_b, du), -g_e_s)
         c_s, s_s = cos_s[..., None], sin_s[..., None]
         alpha_s = (c_s * np.cross(b, e) + cos[..., None] * (np.cross(b_s, e) + np.cross(b, e_s))
                    - s_s * b - sin[..., None] * b_s - alpha * r_s) / r
@@ -449,21 +468,12 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
                          outer(kb_s, gv) + outer(kb, gv_s),
                          outer(kb_s, gw) + outer(kb, gw_s) + force_s * bw + force * bw_s], axis=2)
 
-    def _expand(self, factors):
-        """Values (B, nnz) of jac[r, i, c, k] = sum_p rows_p[r] cols_p[c] M_p[i, k] from ``_factors``."""
-        rows = [self._fa] * 3 + [self._fb] * 3
-        cols = [self._cu_a, self._cv_a, self._cv_b] * 2
-        coef = np.stack([outer(r_, c_) for r_, c_ in zip(rows, cols)])  # (6, slots, slots)
-        batch, m, slots = factors.shape[0], factors.shape[1], coef.shape[1]
-        jac = factors.reshape(batch, m, 6, 9).transpose(0, 1, 3, 2) @ coef.reshape(6, -1)
-        return jac.reshape(batch, m, 3, 3, slots, slots).transpose(0, 1, 4, 2, 5, 3).reshape(batch, -1)
-
     def jacobian_values(self, q, t):
-        return self._expand(self._factors(q))
+        return self._expand(self._factors(q), self._position_coef)
 
     def jacobian_derivative(self, q, t, s):
         """Values (B, nnz) of the Jacobian's derivative along ``s`` (B, n, 3): that of each factor M_p."""
-        return self._expand(self._factors(q, s))
+        return self._expand(self._factors(q, s), self._position_coef)
 
     def jacobian_dot(self, q, t, s):
         """``dF/dq s`` (B, n, 3) from the derivatives of the angle and the side normals along ``s``, without
@@ -479,7 +489,7 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
         c = ``SWEEP_BENDING``, the Gauss–Newton part of a bending energy's Hessian (the exact Jacobian is
         neither symmetric nor definite, and an implicit step's tangent through it can grow without bound)."""
         d_angle = self._geometry(q, True)[5]
-        jac = -(SWEEP_BENDING * self.stiffness[:, None, None] * d_angle)[..., None, None] * d_angle[:, :, None, None]
+        jac = -np.einsum("bmri,bmck->bmikrc", SWEEP_BENDING * self.stiffness[:, None, None] * d_angle, d_angle)
         return jac.reshape(jac.shape[0], -1)
 
 
@@ -508,21 +518,28 @@ class BlenderAngularDampingTerm(_HingeStencil, VelocityTerm):
         return self._scatter(corner)
 
     def jacobian_values(self, q, v, t):
-        _, a, b, da, db, _ = self._geometry(q, True)
+        """(dG/dq, dG/dv) from 3x3 blocks per hinge: with speed = w_a.a + w_b.b, force direction d_r = fa_r a +
+        fb_r b and the normals' partials A_u, A_v, B_u, B_w along the edges u_a, v_a, v_b (``_edges``),
+        dG_r/dx_c = -damping (d_r (cu_c gu + cv_a,c gv + cv_b,c gw)^T + speed (fa_r (cu_c A_u + cv_a,c A_v)
+        + fb_r (cu_c B_u + cv_b,c B_w))), gu = A_u^T w_a + B_u^T w_b, gv = A_v^T w_a, gw = B_w^T w_b;
+        dG_r/dv_c = -damping d_r (wv_a,c a + wv_b,c b)^T."""
+        u, v_a, v_b = self._edges(q)
+        n_a, n_b = np.cross(u, v_a), np.cross(-u, v_b)
+        len_a, len_b = np.linalg.norm(n_a, axis=-1), np.linalg.norm(n_b, axis=-1)
+        a, b = n_a / len_a[..., None], n_b / len_b[..., None]
+        g_a = (np.eye(3) - outer(a, a)) / len_a[..., None, None]
+        g_b = (np.eye(3) - outer(b, b)) / len_b[..., None, None]
+        au, av, bu, bw = -_cross_rows(g_a, v_a), _cross_rows(g_a, u), _cross_rows(g_b, v_b), -_cross_rows(g_b, u)
         vel_a, vel_b = self._state(q, v)
-        speed = np.sum(vel_a * a, -1) + np.sum(vel_b * b, -1)
-        direction = self._directions(a, b)
-        c = -self.damping[:, None, None, None, None]
-        # d speed / d x_slot and d speed / d v_slot
-        d_speed_q = np.einsum("bmi,bmsik->bmsk", vel_a, da) + np.einsum("bmi,bmsik->bmsk", vel_b, db)
-        d_speed_v = self._wv_a[:, None] * a[..., None, :] + self._wv_b[:, None] * b[..., None, :]
-        # jac[r, i, c, k]: d force_{r, i} / d x_{c, k}
-        jac_q = c * (direction[:, :, :, :, None, None] * d_speed_q[:, :, None, None])
-        d_dir = (self._fa[:, None, None, None] * da.transpose(0, 1, 3, 2, 4)[:, :, None]
-                 + self._fb[:, None, None, None] * db.transpose(0, 1, 3, 2, 4)[:, :, None])  # (B, m, r, i, c, k)
-        jac_q = jac_q + c * speed[..., None, None, None, None] * d_dir
-        jac_v = c * (direction[:, :, :, :, None, None] * d_speed_v[:, :, None, None])
-        return jac_q.reshape(jac_q.shape[0], -1), jac_v.reshape(jac_v.shape[0], -1)
+        speed = (np.sum(vel_a * a, -1) + np.sum(vel_b * b, -1))[..., None, None]
+        gu = np.einsum("bmi,bmik->bmk", vel_a, au) + np.einsum("bmi,bmik->bmk", vel_b, bu)
+        gv, gw = np.einsum("bmi,bmik->bmk", vel_a, av), np.einsum("bmi,bmik->bmk", vel_b, bw)
+        c = -self.damping[:, None, None]
+        jac_q = np.stack([outer(a, gu) + speed * au, outer(a, gv) + speed * av, outer(a, gw),
+                          outer(b, gu) + speed * bu, outer(b, gv), outer(b, gw) + speed * bw], axis=2)
+        jac_v = np.stack([outer(a, a), outer(a, b), outer(b, a), outer(b, b)], axis=2)
+        return (self._expand(c[:, None] * jac_q, self._position_coef),
+                self._expand(c[:, None] * jac_v, self._velocity_coef))
 
 
 class BlenderCloth(Model):
