@@ -23,7 +23,8 @@ SCHEMES = (
     ("symplectic", "Symplectic Euler", "An undamped judge of the motion (planets, N bodies)"),
 )
 INITS = (
-    ("fast_projection", "Fast Projection", "Start from a quick physical loop (the paper's method)"),
+    ("fast_projection", "Fast Projection", "Start from a quick physical loop (the paper's method; N bodies "
+     "start from the loop's two halves simulated from the wrap, forward and backward in time)"),
     ("forward", "Forward Simulation", "Start from the solver's own simulation"),
     ("crossfade", "Crossfade", "Start from a blend of the solver's own simulation"),
     ("cache", "Blender Cache", "Start from a blend of Blender's cached simulation"),

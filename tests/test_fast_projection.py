@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse.linalg as spla
 
 import solver_core as sc
-from solver_core.fast_projection import _Closure, _GramStep
+from solver_core.fast_projection import _Closure, _GramStep, _stop_reason
 from solver_core.forward import _ImplicitStep, mismatch_gradient
 from solver_core.scenes.paper import SCENES
 from test_solver_core import small_cloth_problem, small_problem
@@ -221,3 +221,14 @@ def test_fast_projection_stops_early_and_keeps_its_iterates():
     assert "stopped early" in info["message"] and not info["converged"]
     assert len(info["iterates"]) == len(G)
     np.testing.assert_array_equal(info["iterates"][-1], q)
+
+
+def test_a_stall_needs_a_slow_fall_and_a_trust_region_that_does_not_grow():
+    # the flag at scale 1: G fell by 37% over 5 iterations while the trust region grew, then 100-fold in 3
+    G = [764.0, 730.0, 664.0, 613.0, 570.0, 484.0]
+    growing, shrinking = [1.0, 3.0, 9.0, 27.0, 81.0], [1.0, 0.5, 0.5, 0.25, 0.1]
+    assert _stop_reason(G, growing, 1e-6, 0.0, 30, 5) == ""
+    assert _stop_reason(G, shrinking, 1e-6, 0.0, 30, 5).startswith("stalled")
+    assert _stop_reason(G[:5], shrinking[:4], 1e-6, 0.0, 30, 5) == ""          # too few iterations to say
+    assert _stop_reason(G[:2] + [1e-4], [1.0, 0.1], 1e-6, 0.0, 30, 5).startswith("converged")
+    assert _stop_reason(G, growing, 1e-6, 0.0, 5, 5).startswith("stopped at the iteration cap")

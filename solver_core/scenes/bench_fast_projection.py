@@ -2,7 +2,7 @@
 iterate starts Gauss–Newton best.
 
     python -m solver_core.scenes.bench_fast_projection [--scale S] [--gn K] [--fractions F ...]
-        [--stop-fraction F] [--max-iters K] [--budget SECONDS] SCENE|PROBLEM.npz ...
+        [--stop-fraction F] [--max-iters K] [--stall-window K] [--budget SECONDS] SCENE|PROBLEM.npz ...
 
 Per scene (a paper scene, or a problem saved as .npz, e.g. by ``sample_scenes/flag_in_wind.py``): one plain forward simulation of the clip (the unit of loop cost), then fast projection
 (cancelled after ``--budget`` seconds): iterations, seconds per iteration, final G / G(0), the RMS
@@ -36,7 +36,8 @@ def _candidates(G, fractions):
     return out
 
 
-def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0, max_iters=30, budget=float("inf")):
+def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0, max_iters=30, budget=float("inf"),
+                stall_window=5):
     """Print the figures of one scene."""
     prob = load_problem(name) if name.endswith(".npz") else SCENES[name](scale).prob
     t0 = time.perf_counter()
@@ -53,7 +54,7 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0, max_iters=3
     try:
         # figures for every run, closed or not (with --gn every iterate is a candidate start)
         info = fast_projection(prob, callback=progress, stop_fraction=stop_fraction, max_iters=max_iters,
-                               keep_iterates=gn_iters > 0, accept=float("inf"))
+                               keep_iterates=gn_iters > 0, accept=float("inf"), stall_window=stall_window)
     except FastProjectionDiverged as exc:
         print(f"  fast projection diverged: {exc}")
         return
@@ -87,9 +88,11 @@ def main(argv=None):
     p.add_argument("--stop-fraction", type=float, default=0.0, help="stop fast projection once G <= this G(0)")
     p.add_argument("--max-iters", type=int, default=30)
     p.add_argument("--budget", type=float, default=float("inf"), help="cancel fast projection after this many seconds")
+    p.add_argument("--stall-window", type=int, default=5, help="stop when G has not halved over this many iterations")
     args = p.parse_args(argv)
     for name in args.scenes:
-        bench_scene(name, args.scale, args.gn, args.fractions, args.stop_fraction, args.max_iters, args.budget)
+        bench_scene(name, args.scale, args.gn, args.fractions, args.stop_fraction, args.max_iters, args.budget,
+                    args.stall_window)
 
 
 if __name__ == "__main__":
