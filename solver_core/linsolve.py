@@ -136,8 +136,8 @@ class DirectBackend:
         """Solve for the LoopProblem ``prob`` from now on."""
         self.prob = prob
         self._factored = False
-        self._factored_for = (lambda: None, 0.0)   # (weak reference to the matrix without damping, damping) of the
-        # last factorization
+        self._factored_for = (lambda: None, 0.0, 0.0)   # (weak reference to the matrix without damping, damping,
+        # Levenberg shift) of the last factorization
         self.factorizations, self.reused, self.reuse_cg_iterations = 0, 0, []
         self.metric = inertia_metric(prob)
         self._jac = None
@@ -175,6 +175,9 @@ class DirectBackend:
             return self._solve_system(H, g, damping)
 
     def _solve_system(self, H, g, damping):
+        matrix, factored, shift = self._factored_for
+        if self._factored and matrix() is H and (factored, shift) == (damping, 0.0):
+            return -self.solve(g)   # the factor of this very system (the geodesic acceleration's solve)
         undamped = H
         if damping > 0:
             H = plus_diagonal(H, damping * self.metric, self._positions if H is self._H else diagonal_positions(H))
@@ -191,7 +194,7 @@ class DirectBackend:
             try:
                 self._factored = False
                 self.factorize(H, shift)
-                self._factored, self._factored_for = True, (weakref.ref(undamped), damping)
+                self._factored, self._factored_for = True, (weakref.ref(undamped), damping, shift)
                 return -self.solve(g)
             except NotPositiveDefinite:
                 shift = scale * (1e-10 if shift == 0.0 else shift / scale * 100)
@@ -200,7 +203,7 @@ class DirectBackend:
     def _far(self, H, damping):
         """True when the last factorization is of ``H`` itself at a damping more than REUSE_DAMPING_RATIO times
         larger or smaller than ``damping`` (both positive)."""
-        matrix, factored = self._factored_for
+        matrix, factored, _ = self._factored_for
         low, high = sorted((damping, factored))
         return matrix() is H and low > 0 and high > REUSE_DAMPING_RATIO * low
 
