@@ -75,10 +75,11 @@ def _make_loop(prob, clip, init, **options):
     losses = {name: loss(prob, prob.apply_constraints(on_solver_grid(prob, q))) for name, q in starts.items()}
     lead, trail = sorted(starts, key=losses.get)   # the start of lower loss is the likelier winner
     callback = options.pop("callback")
-    if choose_backend(prob, options["backend"]) in ("auto", "cholmod", "scipy"):
+    backend = choose_backend(prob, options["backend"])
+    if backend in ("auto", "cholmod", "scipy"):
         # one direct solve for both runs: one symbolic analysis (CHOLMOD's "best" ordering of the 150-vertex
         # flag, 20,160 unknowns: 2.5 s)
-        options["backend"] = make_backend(choose_backend(prob, options["backend"]))
+        options["backend"] = make_backend(backend)
     first = _started(make_loop(prob, init=starts[lead], callback=callback, **options), lead)
     if first.cancelled:
         return first

@@ -158,10 +158,10 @@ class GaussNewton:
         moved[free] += d
         return moved.reshape(q.shape)
 
-    def acceleration(self, q, u, v, damping):
+    def acceleration(self, q, u, v, damping, free):
         """The geodesic acceleration a = -(J^T B J + damping D)^-1 J^T B r_vv along the velocity v (the step
-        at q, residual u), r_vv by central differences; None where a shifted residual is not finite."""
-        free = np.flatnonzero(self.prob.free_mask())
+        at q, residual u, on the ``free`` flat unknowns), r_vv by central differences; None where a shifted
+        residual is not finite."""
         h = ACCEL_H
         sides = [self._moved(q, s * h * v, free) for s in (1, -1)]
         if not all(np.all(np.isfinite(x)) for x in sides):
@@ -220,7 +220,7 @@ class GaussNewton:
                 predicted = model_decrease(g, v, apply_h)
                 steps, ratio = [v], np.inf
                 if self.accelerate:
-                    a = self.acceleration(q, u, v, lam)
+                    a = self.acceleration(q, u, v, lam, free)
                     if a is not None:
                         ratio = 2 * np.sqrt(self.metric @ a ** 2 / max(self.metric @ v ** 2, 1e-300))
                         if ratio <= ACCEL_MAX:
