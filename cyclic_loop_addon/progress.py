@@ -14,6 +14,8 @@ FP_ITERATIONS = 100     # fast projection's iteration cap (solver_core's default
 STARTED = 0.03          # the fraction once the simulation is read
 GUESS_END = 0.35        # fast projection fills up to this fraction (it may stop early: optimizing goes on from there)
 SOLVED = 0.97           # the fraction when the solve is done; writing fills the rest
+MAX_MOVE = 0.1          # the most the bar moves between two looks before writing (a loaded machine looks
+                        # seldom while iterations may be fast: CI saw +22% between two looks at a 12-iteration budget)
 
 
 def words(phase):
@@ -116,13 +118,15 @@ class Progress:
         """The fraction to show now: the last callback's, moved on at the iterations' pace (at most to
         the next iteration's), never less than shown before. Within a phase, iterations faster than its
         pace so far are caught up at that pace rather than in a jump: since the bar was last shown, it
-        moves at most one step per ``pace`` seconds."""
+        moves at most one step per ``pace`` seconds; before writing, at most MAX_MOVE between two looks."""
         now, pace, (t, fraction) = self.clock(), self.pace, self._last
         if pace:
             fraction += self.step * min((now - t) / pace, 0.9)
             shown_at, phase_start = self._shown_at
             if phase_start == self._phase_start:
                 fraction = min(fraction, self._shown + self.step * (now - shown_at) / pace)
+        if self.phase != "write":
+            fraction = min(fraction, self._shown + MAX_MOVE)
         self._shown, self._shown_at = max(self._shown, min(fraction, 1.0)), (now, self._phase_start)
         return self._shown
 

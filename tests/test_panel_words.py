@@ -8,7 +8,7 @@ import pytest
 
 import solver_core as sc
 from cyclic_loop_addon.advice import python_note
-from cyclic_loop_addon.progress import Progress, about, duration
+from cyclic_loop_addon.progress import MAX_MOVE, SOLVED, Progress, about, duration
 from solver_core.loop import CONVERGED, ITERATION_CAP, RACE_ITERATIONS
 from solver_core.verdict import LINE_CHARS
 
@@ -33,6 +33,7 @@ def test_progress_never_jumps_when_fast_projection_gives_up_early():
     for it in range(1, 5):
         clock.t += 3.0
         seen.append(p.update("gauss_newton", it))
+        p.shown                         # the panel looks at the bar after each callback
     steps = np.diff(seen)
     assert np.all(steps >= 0) and steps.max() < 0.1, seen
     # after fast projection the budget includes make_loop's race: 20 + 10 iterations at 3 s each
@@ -64,6 +65,28 @@ def test_progress_catches_up_fast_iterations_at_their_pace_instead_of_jumping():
         clock.t += 1.0
         shown = p.shown
     assert shown >= p.fraction
+
+
+def test_progress_moves_at_most_a_tenth_between_two_looks_until_writing():
+    """A loaded machine looks at the bar seldom while a small budget's iterations are fast: four iterations
+    between two looks move it by MAX_MOVE, the next looks catch up, writing completes it at once."""
+    clock = Clock()
+    p = Progress(max_iters=12, init="forward", clock=clock)
+    seen = []
+    for it in range(1, 4):
+        clock.t += 0.3
+        p.update("gauss_newton", it)
+        seen.append(p.shown)
+    for it in range(4, 8):
+        clock.t += 0.3
+        p.update("gauss_newton", it)
+    assert p.fraction - seen[-1] > 2 * MAX_MOVE
+    for _ in range(10):
+        clock.t += 0.3
+        seen.append(p.shown)
+    assert max(np.diff(seen)) == pytest.approx(MAX_MOVE) and seen[-1] > p.fraction
+    p.update("write")
+    assert p.shown == pytest.approx(SOLVED)
 
 
 def test_durations_in_words():
