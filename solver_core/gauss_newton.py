@@ -39,6 +39,12 @@ WINDOW, FTOL = 10, 3e-3
 # differences of step ACCEL_H |v|, tried when 2 |a| / |v| (mass norm) <= ACCEL_MAX, and v alone when that is
 # rejected or the ratio larger (one more residual, no solve; on contact and ribbons it cut rejections).
 ACCEL_MAX, ACCEL_H = 0.75, 0.1
+# The acceleration costs two residuals and a solve per trial. After ACCEL_IDLE trials in a row where it did not
+# change the step taken (2 |a| / |v| above ACCEL_MAX or below ACCEL_NEGLIGIBLE, or the accelerated step
+# rejected) it is skipped for 2, then 4, 8, ... trials between single tries, until one is taken: the
+# 150-vertex Blender flag never took it (ratio 7.8-361, then ~1e-8 at lambda 1e6-1e10) and spent 34 s of
+# its 136 s computing it.
+ACCEL_IDLE, ACCEL_NEGLIGIBLE = 3, 1e-3
 _FAILED_RAISES = 1        # an inexact direction whose first step was rejected counts as failed
 # "auto" uses the structured solve from this many free unknowns on. Measured (time to CHOLMOD's loss after
 # 4 steps, cloth from the forward simulation): 10k unknowns 3.3 s CHOLMOD vs 4.8 s structured, 18k 10.0
@@ -103,9 +109,11 @@ class GaussNewton:
     ``tighten()``; once it cannot, "auto" switches to the direct solve (``switched`` records the
     iteration). ``run`` returns a ``Result``; ``history`` lists per-iteration dicts with iteration, loss,
     damping, rho, step_norm, grad_norm, rejected (the trial steps rejected before the one taken),
-    accel_ratio (2 |a| / |v| of the geodesic acceleration, inf when none), seconds and backend.
+    accel_ratio (2 |a| / |v| of the geodesic acceleration, inf when none), accelerated (the step taken was
+    the accelerated one), seconds and backend.
 
-    ``accelerate``: each trial step is the geodesic-accelerated v + a/2 (``ACCEL_MAX``) before v alone.
+    ``accelerate``: each trial step is the geodesic-accelerated v + a/2 (``ACCEL_MAX``) before v alone,
+    skipped for a while where it was not taken (``ACCEL_IDLE``).
     """
 
     def __init__(self, prob, backend="auto", accelerate=True):
@@ -174,6 +182,26 @@ class GaussNewton:
         self.backend.inexact = inexact
         return a
 
+    def _accelerating(self):
+        """Whether this trial computes the geodesic acceleration (see ACCEL_IDLE)."""
+        if not self.accelerate:
+            return False
+        if self._accel_wait:
+            self._accel_wait -= 1
+            return False
+        return True
+
+    def _accelerated(self, taken):
+        """Record whether the computed acceleration changed the step taken; start a skip after ACCEL_IDLE
+        trials without (each one twice as long as the last, back to 2 trials once it is taken)."""
+        if taken:
+            self._accel_idle, self._accel_skip = 0, 1
+            return
+        self._accel_idle += 1
+        if self._accel_idle >= ACCEL_IDLE:
+            self._accel_skip *= 2
+            self._accel_wait = self._accel_skip
+
     def _trial(self, q, d, free):
         """(trial iterate, its loss, its residual (None if not finite)); the residual of an accepted trial is
         the next linearization's."""
@@ -203,6 +231,9 @@ class GaussNewton:
         self.cancelled = False
         t0 = time.perf_counter()
         lam, grow = damping, 2.0
+        self._accel_idle = 0     # trials in a row in which the acceleration did not change the step taken
+        self._accel_wait = 0     # trials still to skip it
+        self._accel_skip = 1     # half the length of the next skip (back to 1 once it is taken)
         restart = _DAMPING_MIN   # the damping after a rejected undamped step
         since = 0                # the history entry from which ``remaining`` looks (after the last tightening)
         settled = False          # the last iteration settled: the undamped model decides at this linearization
@@ -219,11 +250,11 @@ class GaussNewton:
                 v = solve(g, lam)
                 predicted = model_decrease(g, v, apply_h)
                 steps, ratio = [v], np.inf
-                if self.accelerate:
+                if self._accelerating():
                     a = self.acceleration(q, u, v, lam, free)
                     if a is not None:
                         ratio = 2 * np.sqrt(self.metric @ a ** 2 / max(self.metric @ v ** 2, 1e-300))
-                        if ratio <= ACCEL_MAX:
+                        if ACCEL_NEGLIGIBLE <= ratio <= ACCEL_MAX:
                             steps = [v + 0.5 * a, v]
                 smallest_gain = min(smallest_gain, predicted)
                 for d in steps:
@@ -231,6 +262,8 @@ class GaussNewton:
                     rho = (current - value) / predicted if predicted > 0 else -np.inf
                     if rho > _ACCEPT:
                         break
+                if ratio < np.inf:
+                    self._accelerated(taken=rho > _ACCEPT and d is not v)
                 if rho > _ACCEPT:
                     accepted = (trial, value, trial_u)
                     lam, grow = lam * max(1 / 3, 1 - (2 * rho - 1) ** 3), 2.0
@@ -251,6 +284,7 @@ class GaussNewton:
             previous, (q, current, u) = current, accepted
             self.history.append(dict(iteration=it, loss=current, damping=lam, rho=rho, step_norm=step_norm,
                                      grad_norm=float(np.linalg.norm(g)), rejected=raises, accel_ratio=ratio,
+                                     accelerated=d is not v,
                                      seconds=time.perf_counter() - t0, phase=phase, backend=self.backend.name))
             if halts(callback, dict(self.history[-1])):
                 self.cancelled = True

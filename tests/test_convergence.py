@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from solver_core import loop
+from solver_core import gauss_newton, loop
 from solver_core.gauss_newton import ACCEL_MAX, GaussNewton
 from solver_core.residual import residual_steps
 from solver_core.scenes.nbody import nbody_problem
@@ -243,3 +243,20 @@ def test_geodesic_acceleration_shortens_a_canyon_crawl():
     assert sum(used) >= 0.8 * len(used)
     assert accelerated.nit <= 0.6 * plain.nit
     assert accelerated.history[-1]["loss"] <= 1.001 * plain.history[-1]["loss"]
+
+
+def test_an_acceleration_never_taken_is_tried_ever_more_seldom_and_changes_nothing(monkeypatch):
+    # ACCEL_MAX below every ratio: no accelerated step is ever taken, so the run is the one without the
+    # acceleration, which is computed for the first ACCEL_IDLE trials and then once after 2, 4, 8, ... skipped
+    prob, q = small_cloth(n_frames=12, floor=True)
+    plain = GaussNewton(prob, backend="cholmod", accelerate=False).run(q, max_iters=40)
+    monkeypatch.setattr(gauss_newton, "ACCEL_MAX", -1.0)
+    gn = GaussNewton(prob, backend="cholmod")
+    computed = []
+    acceleration = gn.acceleration
+    monkeypatch.setattr(gn, "acceleration", lambda *args: computed.append(1) or acceleration(*args))
+    idle = gn.run(q, max_iters=40)
+    assert [h["loss"] for h in idle.history] == [h["loss"] for h in plain.history]
+    trials = sum(h["rejected"] + 1 for h in idle.history[1:])
+    assert trials >= 20
+    assert len(computed) <= gauss_newton.ACCEL_IDLE + np.ceil(np.log2(trials))
