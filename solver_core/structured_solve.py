@@ -28,6 +28,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from . import scheme
+from .forward import recycled_heap
 from .residual import inertia_metric, penalty_terms
 
 try:
@@ -42,6 +43,13 @@ _SHIFT_SAFETY = 1.2  # margin on the Lanczos (under)estimate of a frame's destab
 # that large would swamp the block; measured on a randomly crumpled cloth: 627 PCG iterations unshifted,
 # no convergence in 5,000 shifted).
 _STABLE_ABOVE = 4.0
+
+
+def single_threaded_blas():
+    """``linsolve.single_threaded_blas`` (imported when called: linsolve imports this module). The frame
+    blocks' supernodal factor and solves run their small fronts' dense kernels in it."""
+    from .linsolve import single_threaded_blas as one_thread
+    return one_thread()
 
 
 def supports(prob):
@@ -395,7 +403,7 @@ class BlockPreconditioner:
             # simplicial: its solves call no BLAS. The supernodal one's per-supernode dgemv on these small
             # fronts ran threaded OpenBLAS spinning in sched_yield (the 32 x 32-quad square: 10 CPU minutes
             # without finishing the first direction; 171 iterations take 43 s single-threaded)
-            self._factor = cholmod.analyze(H, mode="simplicial", ordering_method="amd")
+            self._factor = cholmod.analyze(H, mode="supernodal", ordering_method="amd")
             self._pattern = pattern
         self._factor.cholesky_inplace(H)
 
@@ -511,8 +519,10 @@ class StructuredBackend:
     def linearize(self, q, u):
         """Gradient at q (n_steps, n, 3) with residual u; sets up the next ``direction`` solves."""
         op = self.op
-        op.update(q)
-        self.preconditioner.update()
+        with recycled_heap():      # the force models' temporaries reuse their pages
+            op.update(q)
+        with single_threaded_blas():
+            self.preconditioner.update()
         g = op.gradient(u.reshape(op.n_steps, -1)[:, op.active], q)
         gnorm = np.linalg.norm(g)
         self._g0 = gnorm if self._g0 is None else self._g0
@@ -532,8 +542,9 @@ class StructuredBackend:
             return op.apply_h(x) + scaled * x
 
         cap = self.max_cg if self._rtol >= self.forcing else 10 * self.max_cg  # converging: solve tighter
-        d, iters, converged = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap, eta=self.forcing,
-                                  x0=self._last)
+        with single_threaded_blas():
+            d, iters, converged = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap, eta=self.forcing,
+                                      x0=self._last)
         self._last = d
         self.cg_iterations.append(iters)
         self.inexact = not converged or self._rtol > self.rtol_min
