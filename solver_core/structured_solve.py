@@ -400,9 +400,9 @@ class BlockPreconditioner:
             return
         pattern = (H.indptr, H.indices)
         if self._pattern is None or not all(np.array_equal(x, y) for x, y in zip(pattern, self._pattern)):
-            # simplicial: its solves call no BLAS. The supernodal one's per-supernode dgemv on these small
-            # fronts ran threaded OpenBLAS spinning in sched_yield (the 32 x 32-quad square: 10 CPU minutes
-            # without finishing the first direction; 171 iterations take 43 s single-threaded)
+            # supernodal, factored and solved on one BLAS thread (``StructuredBackend``): threaded, the small
+            # fronts' dgemv spun in sched_yield (the 32 x 32-quad square: 10 CPU minutes without finishing the
+            # first direction); square16's factor 0.69 s of CPU against the simplicial one's 0.96 s
             self._factor = cholmod.analyze(H, mode="supernodal", ordering_method="amd")
             self._pattern = pattern
         self._factor.cholesky_inplace(H)
