@@ -28,6 +28,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from . import scheme
+from .forward import recycled_heap
 from .residual import inertia_metric, penalty_terms
 
 try:
@@ -42,6 +43,13 @@ _SHIFT_SAFETY = 1.2  # margin on the Lanczos (under)estimate of a frame's destab
 # that large would swamp the block; measured on a randomly crumpled cloth: 627 PCG iterations unshifted,
 # no convergence in 5,000 shifted).
 _STABLE_ABOVE = 4.0
+
+
+def single_threaded_blas():
+    """``linsolve.single_threaded_blas`` (imported when called: linsolve imports this module). The frame
+    blocks' supernodal factor and solves run their small fronts' dense kernels in it."""
+    from .linsolve import single_threaded_blas as one_thread
+    return one_thread()
 
 
 def supports(prob):
@@ -59,11 +67,14 @@ class LoopOperator:
     inertia and drag diagonals (``scheme.diagonals``) plus its sparse parts (``scheme.derivative_pattern``:
     the force Jacobian, for "linearized" also its derivative and its explicit terms, and the velocity terms),
     summed per offset on one spatial pattern. Vectors of unknowns are ordered as the Gauss–Newton solver's
-    free unknowns (step-major, then non-pinned degrees of freedom). ``update(q)`` evaluates the sparse parts at q.
+    free unknowns (step-major, then non-pinned degrees of freedom). ``update(q)`` evaluates the sparse parts at q,
+    and with ``sweep`` also the sweep preconditioner's (``sweep_values``; the frame blocks use none of them: on
+    a 16 x 16-quad square they were 2 s of an update's 7).
     """
 
-    def __init__(self, prob):
+    def __init__(self, prob, sweep=True):
         self.prob = prob
+        self.sweep = sweep
         n_steps = prob.n_steps
         dof = 3 * prob.n_vertices
         self.active = np.flatnonzero(np.repeat(prob.free_vertices(), 3))
@@ -106,8 +117,8 @@ class LoopOperator:
         # terms' and the velocity terms' dG/dv (their damping), summed per offset on the same pattern; the
         # linearized scheme's Jacobian derivative and dG/dq are left out.
         r0 = prob.r0[None]
-        self._stable_force = scheme.stable_force_part(prob, r0, r0, r0, np.zeros(1, np.int64)) is not None
-        kept_parts = scheme.sweep_parts(prob)
+        self._stable_force = sweep and scheme.stable_force_part(prob, r0, r0, r0, np.zeros(1, np.int64)) is not None
+        kept_parts = scheme.sweep_parts(prob) if sweep else []
         self._sweep_gather = {}
         for o in {parts[i][0] for i in kept_parts}:
             indices = [i for i in kept_parts if parts[i][0] == o]
@@ -147,12 +158,13 @@ class LoopOperator:
             parts = scheme.derivative_values(prob, q[j - 1], q[j], q[(j + 1) % n], j)
             for o, (index, starts, slots) in self._gather.items():
                 values = np.concatenate([parts[i] for i in self._parts[o]], axis=1)
-                self.values[o][j[:, None], slots[None, :]] = np.add.reduceat(values[:, index], starts, axis=1)
+                self.values[o][j[0]:j[-1] + 1, slots] = np.add.reduceat(np.take(values, index, axis=1), starts, axis=1)
             if self._stable_force:
                 parts[0] = scheme.stable_force_part(prob, q[j - 1], q[j], q[(j + 1) % n], j)
             for o, (indices, index, starts, slots) in self._sweep_gather.items():
                 values = np.concatenate([parts[i] for i in indices], axis=1)
-                self.sweep_values[o][j[:, None], slots[None, :]] = np.add.reduceat(values[:, index], starts, axis=1)
+                self.sweep_values[o][j[0]:j[-1] + 1, slots] = np.add.reduceat(np.take(values, index, axis=1), starts,
+                                                                              axis=1)
         for o in self.offsets:
             if o not in self._matrix:
                 index_type = np.int32 if max(n * self.nnz, n * m) < 2 ** 31 else np.int64
@@ -284,6 +296,8 @@ class SweepPreconditioner:
     T changes identically in both sweeps, so the preconditioner stays symmetric positive definite."""
 
     def __init__(self, op):
+        if not op.sweep:
+            raise ValueError("the sweep preconditioner needs an operator built with sweep=True")
         self.op = op
         n = op.n_steps
         self.penalty = {f: np.sqrt(op.penalty_diag[f]) for f in op.free_frames if f < 2}
@@ -364,13 +378,16 @@ class BlockPreconditioner:
         size = n * m
         rows = np.arange(size)
         H = sp.diags(op.penalty_diag.ravel())
-        w2 = sp.diags(np.tile(op.weight ** 2, n))
+        weight = sp.diags(np.tile(op.weight, n))
         for o in (-1, 0, 1):
             cols = ((rows // m + o) % n) * m + rows % m      # row j's coefficient of frame j + o
             a = sp.csr_matrix((np.tile(op.coef[o], n), (rows, cols)), shape=(size, size))
             if o in op.offsets:
                 a = a + op._matrix[o]
-            H = H + a.T @ w2 @ a
+            a = weight @ a                                   # B^1/2 A_o: one sparse product per offset
+            H = H + a.T @ a
+        if op.free_frames.size == n:
+            return sp.csc_matrix(H)
         free = (op.free_frames[:, None] * m + np.arange(m)).ravel()
         return sp.csc_matrix(sp.csr_matrix(H)[free][:, free])
 
@@ -383,10 +400,10 @@ class BlockPreconditioner:
             return
         pattern = (H.indptr, H.indices)
         if self._pattern is None or not all(np.array_equal(x, y) for x, y in zip(pattern, self._pattern)):
-            # simplicial: its solves call no BLAS. The supernodal one's per-supernode dgemv on these small
-            # fronts ran threaded OpenBLAS spinning in sched_yield (the 32 x 32-quad square: 10 CPU minutes
-            # without finishing the first direction; 171 iterations take 43 s single-threaded)
-            self._factor = cholmod.analyze(H, mode="simplicial", ordering_method="amd")
+            # supernodal, factored and solved on one BLAS thread (``StructuredBackend``): threaded, the small
+            # fronts' dgemv spun in sched_yield (the 32 x 32-quad square: 10 CPU minutes without finishing the
+            # first direction); square16's factor 0.69 s of CPU against the simplicial one's 0.96 s
+            self._factor = cholmod.analyze(H, mode="supernodal", ordering_method="amd")
             self._pattern = pattern
         self._factor.cholesky_inplace(H)
 
@@ -394,8 +411,9 @@ class BlockPreconditioner:
         return self._factor(r)
 
 
-def pcg(apply_a, b, apply_m, rtol, max_iters, eta=None, pace=None):
-    """Preconditioned conjugate gradients on A x = b from x = 0.
+def pcg(apply_a, b, apply_m, rtol, max_iters, eta=None, pace=None, x0=None):
+    """Preconditioned conjugate gradients on A x = b from x = 0, or with ``x0`` from its best multiple
+    (the minimizer of Q along x0; zero where b.x0 <= 0, so the iterates stay descent directions).
 
     Stops when |r| <= rtol |b| and, with ``eta``, the quadratic model Q(x) = x.A x / 2 - b.x has stopped
     improving, i (Q_{i-1} - Q_i) <= eta |Q_i| (Nash and Sofer's truncated-Newton test: a small residual
@@ -405,11 +423,18 @@ def pcg(apply_a, b, apply_m, rtol, max_iters, eta=None, pace=None):
     descent direction for an SPD system."""
     x = np.zeros_like(b)
     r = b.copy()
+    model = 0.0
+    if x0 is not None and b @ x0 > 0:
+        ax0 = apply_a(x0)
+        scale = (b @ x0) / (x0 @ ax0)
+        x, r = scale * x0, b - scale * ax0
+        model = -0.5 * float(x @ (b + r))
+        if not np.any(r):
+            return x, 0, True
     z = apply_m(r)
     p = z.copy()
     rz = r @ z
     target = rtol * np.linalg.norm(b)
-    model = 0.0
     for it in range(1, max_iters + 1):
         ap = apply_a(p)
         alpha = rz / (p @ ap)
@@ -470,9 +495,9 @@ class StructuredBackend:
         reason = supports(prob)
         if reason is not None:
             raise ValueError(f"the structured solve does not apply: {reason}; use backend='cholmod'")
-        self.op = LoopOperator(prob)
-        self.metric = inertia_metric(prob)
         name = choose_preconditioner(prob, self.preconditioner_name)
+        self.op = LoopOperator(prob, sweep=name == "sweep")
+        self.metric = inertia_metric(prob)
         self.preconditioner = PRECONDITIONERS[name](self.op)
         forcing, max_cg = FORCING[name]
         self.forcing = forcing if self._forcing is None else self._forcing
@@ -480,7 +505,7 @@ class StructuredBackend:
         self.cg_iterations = []
         self.inexact = False
         self.tightened = 0
-        self._g0 = None
+        self._g0 = self._last = None
 
     def tighten(self):
         """Solve more accurately from now on; False once ``max_tighten`` tightenings are used up."""
@@ -494,16 +519,22 @@ class StructuredBackend:
     def linearize(self, q, u):
         """Gradient at q (n_steps, n, 3) with residual u; sets up the next ``direction`` solves."""
         op = self.op
-        op.update(q)
-        self.preconditioner.update()
+        with recycled_heap():      # the force models' temporaries reuse their pages
+            op.update(q)
+        with single_threaded_blas():
+            self.preconditioner.update()
         g = op.gradient(u.reshape(op.n_steps, -1)[:, op.active], q)
         gnorm = np.linalg.norm(g)
         self._g0 = gnorm if self._g0 is None else self._g0
         self._rtol = max(self.rtol_min, min(self.forcing, gnorm / self._g0))
+        self._last = None
         return g
 
     def direction(self, g, damping=0.0):
-        """Inexact solution d of (J^T B J + damping D) d = -g (with the penalty diagonal), D the inertia metric."""
+        """Inexact solution d of (J^T B J + damping D) d = -g (with the penalty diagonal), D the inertia metric.
+        PCG starts from the last direction of this linearization (another damping after a rejected step):
+        the 16 x 16-quad square's first iteration (four rejected steps) took 109 + 1 + 1 + 16 + 51 PCG iterations
+        against 109 + 109 + 109 + 107 + 84 from zero."""
         op = self.op
         scaled = damping * self.metric
 
@@ -511,7 +542,10 @@ class StructuredBackend:
             return op.apply_h(x) + scaled * x
 
         cap = self.max_cg if self._rtol >= self.forcing else 10 * self.max_cg  # converging: solve tighter
-        d, iters, converged = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap, eta=self.forcing)
+        with single_threaded_blas():
+            d, iters, converged = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap, eta=self.forcing,
+                                      x0=self._last)
+        self._last = d
         self.cg_iterations.append(iters)
         self.inexact = not converged or self._rtol > self.rtol_min
         return d

@@ -197,3 +197,21 @@ def test_pcg_gives_up_when_slower_than_its_pace():
     x, it, converged = pcg(lambda v: fast * v, b, lambda v: v, 1e-10, 12, pace=3)
     assert converged and it <= 12
     np.testing.assert_allclose(fast * x, b, rtol=0, atol=1e-9 * np.linalg.norm(b))
+
+
+def test_pcg_warm_start_from_a_nearby_solution_and_never_against_the_gradient():
+    """``x0``: CG starts from the best multiple of x0 and reaches the same tolerance in fewer iterations when
+    x0 solves a nearby system; an x0 opposite to b (b.x0 < 0) is not used (the iterates stay descent directions)."""
+    rng = np.random.default_rng(1)
+    a = np.geomspace(1.0, 1e3, 400)
+    b = rng.normal(size=400)
+    near, _, _ = pcg(lambda v: (a + 1.0) * v, b, lambda v: v, 1e-6, 1000)
+    x, warm, converged = pcg(lambda v: (a + 1.001) * v, b, lambda v: v, 1e-4, 1000, x0=near)
+    _, cold, _ = pcg(lambda v: (a + 1.001) * v, b, lambda v: v, 1e-4, 1000)
+    assert converged and warm < cold / 2, (warm, cold)
+    assert np.linalg.norm((a + 1.001) * x - b) <= 1e-4 * np.linalg.norm(b)
+    x, it, _ = pcg(lambda v: a * v, b, lambda v: v, 1e-8, 1, x0=-b)
+    assert it == 1 and b @ x > 0
+    x, it, converged = pcg(lambda v: a * v, b, lambda v: v, 1e-8, 10, x0=b / a)   # the solution itself
+    assert converged and it <= 1
+    np.testing.assert_allclose(a * x, b, rtol=0, atol=1e-8 * np.linalg.norm(b))
