@@ -39,12 +39,13 @@ WINDOW, FTOL = 10, 3e-3
 # differences of step ACCEL_H |v|, tried when 2 |a| / |v| (mass norm) <= ACCEL_MAX, and v alone when that is
 # rejected or the ratio larger (one more residual, no solve; on contact and ribbons it cut rejections).
 ACCEL_MAX, ACCEL_H = 0.75, 0.1
-# The acceleration costs two residuals and a solve per trial. After ACCEL_IDLE trials in a row where it did not
-# change the step taken (2 |a| / |v| above ACCEL_MAX or below ACCEL_NEGLIGIBLE, or the accelerated step
-# rejected) it is skipped for 2, then 4, 8, ... trials between single tries, until one is taken: the
+# The acceleration costs two residuals and a solve per trial. After ACCEL_IDLE trials in a row where it was far
+# from use (2 |a| / |v| above ACCEL_FAR or below ACCEL_NEGLIGIBLE: a step it would never take, or the same step
+# as v's) it is skipped for 2, then 4, 8, ... trials between single tries, until one is near use again: the
 # 150-vertex Blender flag never took it (ratio 7.8-361, then ~1e-8 at lambda 1e6-1e10) and spent 34 s of
-# its 136 s computing it.
-ACCEL_IDLE, ACCEL_NEGLIGIBLE = 3, 1e-3
+# its 136 s computing it. Ratios just above ACCEL_MAX and rejected accelerated steps do not count: skipping
+# there changed the swinging cloth's path (scale 0.25: 212 -> 804 iterations to the same loss).
+ACCEL_IDLE, ACCEL_NEGLIGIBLE, ACCEL_FAR = 3, 1e-3, 5.0
 _FAILED_RAISES = 1        # an inexact direction whose first step was rejected counts as failed
 # "auto" uses the structured solve from this many free unknowns on. Measured (time to CHOLMOD's loss after
 # 4 steps, cloth from the forward simulation): 10k unknowns 3.3 s CHOLMOD vs 4.8 s structured, 18k 10.0
@@ -194,10 +195,10 @@ class GaussNewton:
             return False
         return True
 
-    def _accelerated(self, taken):
-        """Record whether the computed acceleration changed the step taken; start a skip after ACCEL_IDLE
-        trials without (each one twice as long as the last, back to 2 trials once it is taken)."""
-        if taken:
+    def _accelerated(self, ratio, taken):
+        """Record the computed acceleration's ratio 2 |a| / |v| and whether the step taken was accelerated; start
+        a skip after ACCEL_IDLE trials in a row far from use (each skip twice as long as the last)."""
+        if taken or ACCEL_NEGLIGIBLE <= ratio <= ACCEL_FAR:
             self._accel_idle, self._accel_skip = 0, 1
             return
         self._accel_idle += 1
@@ -234,7 +235,7 @@ class GaussNewton:
         self.cancelled = False
         t0 = time.perf_counter()
         lam, grow = damping, 2.0
-        self._accel_idle = 0     # trials in a row in which the acceleration did not change the step taken
+        self._accel_idle = 0     # trials in a row in which the acceleration was far from use
         self._accel_wait = 0     # trials still to skip it
         self._accel_skip = 1     # half the length of the next skip (back to 1 once it is taken)
         restart = _DAMPING_MIN   # the damping after a rejected undamped step
@@ -266,7 +267,7 @@ class GaussNewton:
                     if rho > _ACCEPT:
                         break
                 if ratio < np.inf:
-                    self._accelerated(taken=rho > _ACCEPT and d is not v)
+                    self._accelerated(ratio, taken=rho > _ACCEPT and d is not v)
                 if rho > _ACCEPT:
                     accepted = (trial, value, trial_u)
                     lam, grow = lam * max(1 / 3, 1 - (2 * rho - 1) ** 3), 2.0

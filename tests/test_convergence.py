@@ -246,11 +246,12 @@ def test_geodesic_acceleration_shortens_a_canyon_crawl():
 
 
 def test_an_acceleration_never_taken_is_tried_ever_more_seldom_and_changes_nothing(monkeypatch):
-    # ACCEL_MAX below every ratio: no accelerated step is ever taken, so the run is the one without the
-    # acceleration, which is computed for the first ACCEL_IDLE trials and then once after 2, 4, 8, ... skipped
+    # ACCEL_MAX and ACCEL_FAR below every ratio: no accelerated step is ever taken, so the run is the one
+    # without the acceleration, which is computed for the first ACCEL_IDLE trials, then once after 2, 4, 8, ...
     prob, q = small_cloth(n_frames=12, floor=True)
     plain = GaussNewton(prob, backend="cholmod", accelerate=False).run(q, max_iters=40)
     monkeypatch.setattr(gauss_newton, "ACCEL_MAX", -1.0)
+    monkeypatch.setattr(gauss_newton, "ACCEL_FAR", -1.0)
     gn = GaussNewton(prob, backend="cholmod")
     computed = []
     acceleration = gn.acceleration
