@@ -44,7 +44,7 @@ ACCEL_MAX, ACCEL_H = 0.75, 0.1
 # as v's) it is skipped for 2, then 4, 8, ... trials between single tries, until one is near use again: the
 # 150-vertex Blender flag never took it (ratio 7.8-361, then ~1e-8 at lambda 1e6-1e10) and spent 34 s of
 # its 136 s computing it. Ratios just above ACCEL_MAX and rejected accelerated steps do not count: skipping
-# there changed the swinging cloth's path (scale 0.25: 212 -> 804 iterations to the same loss).
+# there changed the swinging cloth's path (scale 0.25: 212 -> 821 iterations to the same loss).
 ACCEL_IDLE, ACCEL_NEGLIGIBLE, ACCEL_FAR = 3, 1e-3, 5.0
 _FAILED_RAISES = 1        # an inexact direction whose first step was rejected counts as failed
 # "auto" uses the structured solve from this many free unknowns on. Measured (time to CHOLMOD's loss after
@@ -117,7 +117,7 @@ class GaussNewton:
     the accelerated one), seconds and backend.
 
     ``accelerate``: each trial step is the geodesic-accelerated v + a/2 (``ACCEL_MAX``) before v alone,
-    skipped for a while where it was not taken (``ACCEL_IDLE``).
+    skipped for a while where it is far from use (``ACCEL_IDLE``).
     """
 
     def __init__(self, prob, backend="auto", accelerate=True):
@@ -237,7 +237,7 @@ class GaussNewton:
         lam, grow = damping, 2.0
         self._accel_idle = 0     # trials in a row in which the acceleration was far from use
         self._accel_wait = 0     # trials still to skip it
-        self._accel_skip = 1     # half the length of the next skip (back to 1 once it is taken)
+        self._accel_skip = 1     # half the length of the next skip (back to 1 once it is near use)
         restart = _DAMPING_MIN   # the damping after a rejected undamped step
         since = 0                # the history entry from which ``remaining`` looks (after the last tightening)
         settled = False          # the last iteration settled: the undamped model decides at this linearization
