@@ -505,7 +505,7 @@ class StructuredBackend:
         self.cg_iterations = []
         self.inexact = self.truncated = False
         self.tightened = 0
-        self._g0 = self._g = self._last = None
+        self._g0 = self._last = None
 
     def tighten(self):
         """Solve more accurately from now on; False once ``max_tighten`` tightenings are used up."""
@@ -527,15 +527,14 @@ class StructuredBackend:
         gnorm = np.linalg.norm(g)
         self._g0 = gnorm if self._g0 is None else self._g0
         self._rtol = max(self.rtol_min, min(self.forcing, gnorm / self._g0))
-        self._g, self._last = g, None
+        self._last = None
         return g
 
     def direction(self, g, damping=0.0):
         """Inexact solution d of (J^T B J + damping D) d = -g (with the penalty diagonal), D the inertia metric.
         PCG starts from the last direction of this linearization (another damping after a rejected step):
         the 16 x 16-quad square's first iteration (four rejected steps) took 109 + 1 + 1 + 16 + 51 PCG iterations
-        against 109 + 109 + 109 + 107 + 84 from zero. A solve for another right-hand side than the
-        linearization's gradient (the geodesic acceleration's) starts from zero and keeps that start."""
+        against 109 + 109 + 109 + 107 + 84 from zero."""
         op = self.op
         scaled = damping * self.metric
 
@@ -545,9 +544,8 @@ class StructuredBackend:
         cap = self.max_cg if self._rtol >= self.forcing else 10 * self.max_cg  # converging: solve tighter
         with single_threaded_blas():
             d, iters, converged = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap, eta=self.forcing,
-                                      x0=self._last if g is self._g else None)
-        if g is self._g:
-            self._last = d
+                                      x0=self._last)
+        self._last = d
         self.cg_iterations.append(iters)
         self.truncated = not converged
         self.inexact = self.truncated or self._rtol > self.rtol_min
