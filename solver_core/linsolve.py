@@ -5,7 +5,8 @@ drives the same way whatever it is: ``bind(prob)`` once; per iteration ``g = lin
 ``direction(g, damping)`` (the step solving (J^T B J + damping D) d = -g, D the inertia metric) and
 ``apply(d)`` (the Gauss–Newton product); ``residual_gradient(u)`` (J^T B u for any residual array u, at the
 last linearization); ``tighten()`` when an inexact direction stalled (False: it
-cannot); ``inexact``; ``name``. The direct backends (``DirectBackend``) assemble the matrix and
+cannot); ``inexact``; ``truncated`` (the last direction's solve stopped at its cap short of its tolerance);
+``name``. The direct backends (``DirectBackend``) assemble the matrix and
 factorize it: CHOLMOD computes the symbolic analysis on the first matrix and reuses it for every later
 one (the Gauss–Newton matrix keeps its sparsity pattern), and the last factorization preconditions conjugate
 gradients on later matrices before they are factorized; SciPy (SuperLU) is the fallback when
@@ -129,7 +130,7 @@ class DirectBackend:
     """The backend protocol by assembling H = J^T B J + K^T C K and factorizing it (subclasses supply
     ``factorize(A, shift)`` and ``solve(b)``)."""
 
-    inexact = False
+    inexact = truncated = False
     reuse = True
 
     def bind(self, prob):

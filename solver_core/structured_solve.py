@@ -470,7 +470,7 @@ class StructuredBackend:
 
     Inexact Gauss–Newton: the relative PCG residual is min(forcing, |g| / |g_0|) (Eisenstat–Walker-like),
     at least ``rtol_min``, and the model-decrease test of ``pcg`` with eta = forcing, with at most ``max_cg`` iterations while it is ``forcing`` and 10 ``max_cg``
-    after. ``inexact`` says whether the last solve stopped at its cap or short of ``rtol_min``;
+    after. ``inexact`` says whether the last solve stopped at its cap (``truncated``) or short of ``rtol_min``;
     ``tighten()`` (called by Gauss–Newton when an inexact direction makes no progress) divides the
     forcing by 10 and multiplies the cap by 4, up to ``max_tighten`` times. ``cg_iterations`` lists
     the PCG iterations of every solve.
@@ -503,7 +503,7 @@ class StructuredBackend:
         self.forcing = forcing if self._forcing is None else self._forcing
         self.max_cg = max_cg if self._max_cg is None else self._max_cg
         self.cg_iterations = []
-        self.inexact = False
+        self.inexact = self.truncated = False
         self.tightened = 0
         self._g0 = self._last = None
 
@@ -547,7 +547,8 @@ class StructuredBackend:
                                       x0=self._last)
         self._last = d
         self.cg_iterations.append(iters)
-        self.inexact = not converged or self._rtol > self.rtol_min
+        self.truncated = not converged
+        self.inexact = self.truncated or self._rtol > self.rtol_min
         return d
 
     def apply(self, d):

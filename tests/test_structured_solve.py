@@ -130,6 +130,36 @@ def test_inexact_solve_is_tightened_before_gauss_newton_stops():
     assert max(gn.backend.cg_iterations) > 1
 
 
+class Truncating(StructuredBackend):
+    """The structured solve's directions, each reported as cut at the PCG cap."""
+
+    def direction(self, g, damping=0.0):
+        d = super().direction(g, damping)
+        self.truncated = True
+        return d
+
+
+def test_a_rejected_first_step_tightens_only_a_truncated_direction():
+    """Levenberg–Marquardt rejects a first step while it finds its damping: on directions PCG solved to the
+    forcing the solve stays as it is; the same directions reported as truncated are tightened right after
+    the first iteration whose first step was rejected."""
+    prob, q = small_cloth(n_frames=12)
+    runs = {}
+    for cls in (StructuredBackend, Truncating):
+        backend = cls()
+        gn = GaussNewton(prob, backend=backend)
+        tightened_at = []
+        tighten = backend.tighten
+        backend.tighten = lambda: tightened_at.append(len(gn.history) - 1) or tighten()
+        gn.run(q, max_iters=8, tol=1e-10, damping=1e-6)
+        rejected = [h["iteration"] for h in gn.history[1:] if h["rejected"]]
+        runs[cls] = [h["loss"] for h in gn.history]
+        assert rejected and max(backend.cg_iterations) < backend.max_cg   # every solve met its tolerance
+        assert tightened_at == ([rejected[0]] if cls is Truncating else []), (cls.__name__, rejected, tightened_at)
+    k = rejected[0]
+    assert runs[StructuredBackend][:k + 1] == runs[Truncating][:k + 1]   # the same directions up to then
+
+
 def test_structured_refuses_what_it_does_not_solve():
     prob, _ = small_cloth()
     anisotropic = copy.copy(prob.model)
