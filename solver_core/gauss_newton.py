@@ -102,6 +102,33 @@ def remaining(losses, window=WINDOW):
     return d[-1] * c / (1 - c)
 
 
+class _AccelerationSchedule:
+    """When Gauss–Newton computes the geodesic acceleration: at every trial until ACCEL_IDLE trials in a row
+    were far from use, then once after skipping 2, 4, 8, ... trials, at every trial again once one is near use."""
+
+    def __init__(self):
+        self.idle = 0     # trials in a row in which the acceleration was far from use
+        self.wait = 0     # trials still to skip
+        self.skip = 1     # half the length of the next skip
+
+    def due(self):
+        """Whether this trial computes the acceleration (a skipped one counts down the wait)."""
+        if self.wait:
+            self.wait -= 1
+            return False
+        return True
+
+    def record(self, ratio, taken):
+        """The computed acceleration's ratio 2 |a| / |v| and whether the step taken was the accelerated one."""
+        if taken or ACCEL_NEGLIGIBLE <= ratio <= ACCEL_FAR:
+            self.idle, self.skip = 0, 1
+            return
+        self.idle += 1
+        if self.idle >= ACCEL_IDLE:
+            self.skip *= 2
+            self.wait = self.skip
+
+
 class GaussNewton:
     """Minimizes ``loss(prob, q)`` over the free unknowns of ``prob`` by Levenberg–Marquardt.
 
@@ -191,26 +218,6 @@ class GaussNewton:
         self.backend.inexact = inexact
         return a
 
-    def _accelerating(self):
-        """Whether this trial computes the geodesic acceleration (see ACCEL_IDLE)."""
-        if not self.accelerate:
-            return False
-        if self._accel_wait:
-            self._accel_wait -= 1
-            return False
-        return True
-
-    def _accelerated(self, ratio, taken):
-        """Record the computed acceleration's ratio 2 |a| / |v| and whether the step taken was accelerated; start
-        a skip after ACCEL_IDLE trials in a row far from use (each skip twice as long as the last)."""
-        if taken or ACCEL_NEGLIGIBLE <= ratio <= ACCEL_FAR:
-            self._accel_idle, self._accel_skip = 0, 1
-            return
-        self._accel_idle += 1
-        if self._accel_idle >= ACCEL_IDLE:
-            self._accel_skip *= 2
-            self._accel_wait = self._accel_skip
-
     def _trial(self, q, d, free):
         """(trial iterate, its loss, its residual (None if not finite)); the residual of an accepted trial is
         the next linearization's."""
@@ -240,9 +247,7 @@ class GaussNewton:
         self.cancelled = False
         t0 = time.perf_counter()
         lam, grow = damping, 2.0
-        self._accel_idle = 0     # trials in a row in which the acceleration was far from use
-        self._accel_wait = 0     # trials still to skip it
-        self._accel_skip = 1     # half the length of the next skip (back to 1 once it is near use)
+        schedule = _AccelerationSchedule()
         restart = _DAMPING_MIN   # the damping after a rejected undamped step
         since = 0                # the history entry from which ``remaining`` looks (after the last tightening)
         settled = False          # the last iteration settled: the undamped model decides at this linearization
@@ -261,7 +266,7 @@ class GaussNewton:
                 if raises == 0:
                     suspect = predicted <= 0 or self.backend.truncated
                 steps, ratio = [v], np.inf
-                if self._accelerating():
+                if self.accelerate and schedule.due():
                     a = self.acceleration(q, u, v, lam, free)
                     if a is not None:
                         ratio = 2 * np.sqrt(self.metric @ a ** 2 / max(self.metric @ v ** 2, 1e-300))
@@ -274,7 +279,7 @@ class GaussNewton:
                     if rho > _ACCEPT:
                         break
                 if ratio < np.inf:
-                    self._accelerated(ratio, taken=rho > _ACCEPT and d is not v)
+                    schedule.record(ratio, taken=rho > _ACCEPT and d is not v)
                 if rho > _ACCEPT:
                     accepted = (trial, value, trial_u)
                     lam, grow = lam * max(1 / 3, 1 - (2 * rho - 1) ** 3), 2.0

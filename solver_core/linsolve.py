@@ -12,15 +12,13 @@ one (the Gauss–Newton matrix keeps its sparsity pattern), and the last factori
 gradients on later matrices before they are factorized; SciPy (SuperLU) is the fallback when
 scikit-sparse is not importable. "structured" (see ``structured_solve``) never assembles the matrix.
 """
-import contextlib
-import ctypes
 import weakref
 
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from .forward import recycled_heap
+from .forward import recycled_heap, single_threaded_blas
 from .residual import ResidualJacobian, inertia_metric, penalty_terms, residual_steps
 from .structured_solve import StructuredBackend, cholmod, pcg   # cholmod: None without scikit-sparse
 
@@ -82,50 +80,6 @@ REUSE_RTOL, REUSE_CG_ITERS, REUSE_PACE = 1e-8, 24, 3
 REUSE_DAMPING_RATIO = 20.0
 
 
-_blas_threads = None
-
-
-def _openblas_thread_controls():
-    """[(get, set)] of the thread counts of the OpenBLAS builds loaded in this process (CHOLMOD's, NumPy's),
-    found in /proc/self/maps; none elsewhere."""
-    global _blas_threads
-    if _blas_threads is None:
-        _blas_threads = []
-        try:
-            with open("/proc/self/maps") as f:
-                paths = sorted({line.split()[-1] for line in f if "openblas" in line.split()[-1]})
-        except OSError:
-            paths = []
-        for path in paths:
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for suffix in ("", "64_"):
-                get = getattr(lib, "openblas_get_num_threads" + suffix, None)
-                put = getattr(lib, "openblas_set_num_threads" + suffix, None)
-                if get is not None and put is not None:
-                    _blas_threads.append((get, put))
-    return _blas_threads
-
-
-@contextlib.contextmanager
-def single_threaded_blas():
-    """OpenBLAS on one thread inside (its count restored after). CHOLMOD's fronts on the 150-vertex flag
-    (20,160 unknowns) gain no time from a second thread, whose waiting spins: 3 Gauss–Newton iterations (7
-    factorizations, ``recycled_heap``), factorization CPU 16.2 + 4.3 s system -> 13.7 + 1.2 s; per
-    factorization, alternated in one process on a loaded machine, median wall 3.03 -> 2.81 s."""
-    controls = _openblas_thread_controls()
-    before = [get() for get, _ in controls]
-    for _, put in controls:
-        put(1)
-    try:
-        yield
-    finally:
-        for (_, put), count in zip(controls, before):
-            put(count)
-
-
 class DirectBackend:
     """The backend protocol by assembling H = J^T B J + K^T C K and factorizing it (subclasses supply
     ``factorize(A, shift)`` and ``solve(b)``)."""
@@ -157,8 +111,7 @@ class DirectBackend:
         residual at q, computed when not given)."""
         with recycled_heap():
             J = self._J = self.jac.assemble(q)
-            u = self.jac.active_rows(residual_steps(self.prob, q) if u is None else u)
-            g = J.T @ (self.jac.row_weights * u)
+            g = self.residual_gradient(residual_steps(self.prob, q) if u is None else u)
             H = self.jac.normal_matrix(J)
             pg, pdiag = _penalty_gradient_and_diagonal(self.prob, q, self.jac.free_flat)
             if np.any(pdiag):

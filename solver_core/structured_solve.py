@@ -28,7 +28,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from . import scheme
-from .forward import recycled_heap
+from .forward import recycled_heap, single_threaded_blas
 from .residual import inertia_metric, penalty_terms
 
 try:
@@ -43,13 +43,6 @@ _SHIFT_SAFETY = 1.2  # margin on the Lanczos (under)estimate of a frame's destab
 # that large would swamp the block; measured on a randomly crumpled cloth: 627 PCG iterations unshifted,
 # no convergence in 5,000 shifted).
 _STABLE_ABOVE = 4.0
-
-
-def single_threaded_blas():
-    """``linsolve.single_threaded_blas`` (imported when called: linsolve imports this module). The frame
-    blocks' supernodal factor and solves run their small fronts' dense kernels in it."""
-    from .linsolve import single_threaded_blas as one_thread
-    return one_thread()
 
 
 def supports(prob):
@@ -532,9 +525,10 @@ class StructuredBackend:
 
     def direction(self, g, damping=0.0):
         """Inexact solution d of (J^T B J + damping D) d = -g (with the penalty diagonal), D the inertia metric.
-        PCG starts from the last direction of this linearization (another damping after a rejected step):
-        the 16 x 16-quad square's first iteration (four rejected steps) took 109 + 1 + 1 + 16 + 51 PCG iterations
-        against 109 + 109 + 109 + 107 + 84 from zero."""
+        PCG starts from the last solve of this linearization: after a rejected step, the last direction (another
+        damping), or the geodesic acceleration's solve when one came between. Without the acceleration the 16 x
+        16-quad square's first iteration (four rejected steps) took 109 + 1 + 1 + 16 + 51 PCG iterations against
+        109 + 109 + 109 + 107 + 84 from zero."""
         op = self.op
         scaled = damping * self.metric
 

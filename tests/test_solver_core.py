@@ -363,8 +363,8 @@ def test_cholmod_symbolic_analysis_is_computed_once():
 
 
 def test_direct_solves_run_blas_on_one_thread_and_restore_it():
-    from solver_core import linsolve
-    controls = linsolve._openblas_thread_controls()
+    from solver_core import forward, linsolve
+    controls = forward._openblas_thread_controls()
     if not controls:
         pytest.skip("no OpenBLAS loaded")
     before = [get() for get, _ in controls]
