@@ -15,6 +15,21 @@ _MAX_DAMPING_RAISES = 12  # trust-region shrinks (damping raises) per iteration 
 # cloth (12 frames) converged in 149 vs 285 iterations, the flag (scale 0.25) reached 12.9 vs 13.4 in 60
 # iterations, 3-body loops from fast projection took 10-11 vs 4 iterations.
 _DAMPING0, _DAMPING_MIN, _DAMPING_OFF = 1e-3, 1e-4, 1e-6
+# A run of the structured solve given no damping starts at _DAMPING_START times the median of diag(J^T B J) / D,
+# at least _DAMPING0 (``starting_damping``): D is a free particle's diagonal, so stiff materials start damped
+# in proportion (medians: N bodies 1, the paper's scenes at scale 0.25 80-1,200, the 150-vertex Blender flag
+# 6.1e5). From 1e-3 a stiff cloth's first step was rejected 4-5 times while the damping climbed to ~1-30: the
+# undamped step predicts the whole loss away but moves soft modes far beyond the linearization (that flag from
+# its crossfade: rho -911 at lambda 1e-3, 0.33 at 4, 0.89 at 1,000, where the model still predicts 98% of the
+# loss), and each of PCG's trials at a low damping runs long: the 32 x 32-quad Blender square's first
+# iteration took 346 s of CPU from 1e-3 and 83 s from here, and its loss was 4.8 after 10 iterations (12 min)
+# where it had been 24.5. The start lies just below the least damping accepted: 1e-5 (above it) took the
+# square's first step as well, but its damping then stayed ~10x higher and square16 (16 x 16 quads, 50 frames)
+# reached loss 2.40 after 30 iterations against 1.51 from 1e-3; 1e-6 reached 1.55. The direct solves keep
+# 1e-3: their trials cost a factorization whatever the damping, and on the README's 70-vertex flag the scaled
+# start (0.30) led to another loop, of lower loss (1.52 against 3.97) but with its wrap seen (velocity jump
+# 2.11x the median against 1.19x).
+_DAMPING_START = 1e-6
 # An undamped step that is rejected restarts the damping from the value it was switched off at, not from
 # _DAMPING_MIN: on N bodies (4 and 5 bodies, seeds 1-10) the undamped step failed every fifth iteration
 # and the restart at 1e-4 (80x the damping that had just worked) cost four iterations of tiny steps each
@@ -196,6 +211,12 @@ class GaussNewton:
         """The direct backend's step for (H, g) (see ``DirectBackend.solve_system``)."""
         return self.backend.solve_system(H, g, damping)
 
+    def starting_damping(self):
+        """The damping a run of the structured solve starts at when given none, at the backend's first
+        linearization: _DAMPING_START times the median of diag(J^T B J) against the inertia metric, at least
+        _DAMPING0."""
+        return max(_DAMPING0, _DAMPING_START * float(np.median(self.backend.diagonal() / self.metric)))
+
     def _moved(self, q, d, free):
         """q with d added to its free unknowns."""
         moved = q.ravel().copy()
@@ -228,14 +249,15 @@ class GaussNewton:
         return trial, loss(self.prob, trial, u=u), u
 
     def run(self, q0, max_iters=100, tol=1e-8, step_tol=1e-12, callback=None, phase="gauss_newton",
-            damping=_DAMPING0, ftol=FTOL):
+            damping=None, ftol=FTOL):
         """Iterate from ``q0`` (n_steps, n, 3) until the relative loss decrease, or the decrease the
         undamped model still predicts, is below ``tol``; the decrease still to come (``remaining``) and then
         the undamped model's prediction are below ``ftol`` of the loss; the step is below ``step_tol`` relative to |q|; or ``max_iters``.
         ``stop_reason`` says which ("tol", "step_tol", "max_iters", "no_progress", "cancelled"). Returns
         a ``Result`` whose ``x`` is the best iterate (the last one: the loss never increases). A
         ``callback(info)`` that ``halts`` stops after that iteration. ``damping``: lambda at the start (a
-        run that goes on from another's iterate passes that run's last)."""
+        run that goes on from another's iterate passes that run's last; None: ``starting_damping`` for the
+        structured solve, _DAMPING0 for the direct ones)."""
         prob = self.prob
         q = prob.apply_constraints(prob.check_trajectory(q0, "initial guess"))
         free = np.flatnonzero(prob.free_mask())
@@ -254,6 +276,8 @@ class GaussNewton:
         for it in range(1, max_iters + 1):
             g = self.backend.linearize(q, u)
             solve, apply_h = self.backend.direction, self.backend.apply
+            if lam is None:
+                lam = self.starting_damping() if self.problem_aware else _DAMPING0
             if settled:
                 settled = False
                 if model_decrease(g, solve(g, 0.0), apply_h) <= ftol * current:

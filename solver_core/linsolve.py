@@ -175,6 +175,10 @@ class DirectBackend:
         """The Gauss–Newton product H d at the last linearization."""
         return self._H @ d
 
+    def diagonal(self):
+        """diag(H) at the last linearization."""
+        return self._H.diagonal()
+
     def residual_gradient(self, u):
         """J^T B u at the last linearization, for a residual array u (n_steps, n, 3)."""
         return self._J.T @ (self.jac.row_weights * self.jac.active_rows(u))

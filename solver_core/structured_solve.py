@@ -549,6 +549,10 @@ class StructuredBackend:
         """The Gauss–Newton product (J^T B J + penalty diagonal) d at the last linearization."""
         return self.op.apply_h(d)
 
+    def diagonal(self):
+        """diag(J^T B J + penalty diagonal) at the last linearization."""
+        return self.op.diagonal()
+
     def residual_gradient(self, u):
         """J^T B u at the last linearization, for a residual array u (n_steps, n, 3)."""
         op = self.op
