@@ -315,7 +315,7 @@ class GaussNewton:
                 lam, grow = max(lam * grow, _DAMPING_MIN if lam else restart), 2 * grow
             if accepted is None:
                 if self._recover(it, switch=True):
-                    lam, grow = _DAMPING0, 2.0
+                    lam, grow = None, 2.0   # as at the start of a run
                     continue
                 self.stop_reason = "tol" if 0 <= smallest_gain <= tol * current else "no_progress"
                 break
