@@ -15,20 +15,20 @@ _MAX_DAMPING_RAISES = 12  # trust-region shrinks (damping raises) per iteration 
 # cloth (12 frames) converged in 149 vs 285 iterations, the flag (scale 0.25) reached 12.9 vs 13.4 in 60
 # iterations, 3-body loops from fast projection took 10-11 vs 4 iterations.
 _DAMPING0, _DAMPING_MIN, _DAMPING_OFF = 1e-3, 1e-4, 1e-6
-# A run of the structured solve given no damping starts at _DAMPING_START times the median of diag(J^T B J) / D,
-# at least _DAMPING0 (``starting_damping``): D is a free particle's diagonal, so stiff materials start damped
-# in proportion (medians: N bodies 1, the paper's scenes at scale 0.25 80-1,200, the 150-vertex Blender flag
-# 6.1e5). From 1e-3 a stiff cloth's first step was rejected 4-5 times while the damping climbed to ~1-30: the
-# undamped step predicts the whole loss away but moves soft modes far beyond the linearization (that flag from
-# its crossfade: rho -911 at lambda 1e-3, 0.33 at 4, 0.89 at 1,000, where the model still predicts 98% of the
-# loss), and each of PCG's trials at a low damping runs long: the 32 x 32-quad Blender square's first
-# iteration took 346 s of CPU from 1e-3 and 83 s from here, and its loss was 4.8 after 10 iterations (12 min)
-# where it had been 24.5. The start lies just below the least damping accepted: 1e-5 (above it) took the
-# square's first step as well, but its damping then stayed ~10x higher and square16 (16 x 16 quads, 50 frames)
-# reached loss 2.40 after 30 iterations against 1.51 from 1e-3; 1e-6 reached 1.55. The direct solves keep
-# 1e-3: their trials cost a factorization whatever the damping, and on the README's 70-vertex flag the scaled
-# start (0.30) led to another loop, of lower loss (1.52 against 3.97) but with its wrap seen (velocity jump
-# 2.11x the median against 1.19x).
+# A run of the structured solve given no damping starts at _DAMPING_START times the median of diag(J^T B J) /
+# D, at least _DAMPING0 (``starting_damping``): D is a free particle's diagonal, so stiff materials start
+# damped in proportion (medians: N bodies 1, the paper's scenes at scale 0.25 80-1,200, the 150-vertex Blender
+# flag 6.1e5). From 1e-3 a stiff cloth's first step was rejected 4-5 times while the damping climbed to ~1-30:
+# the undamped step predicts the whole loss away but moves soft modes far beyond the linearization (that flag
+# from its crossfade: rho -911 at lambda 1e-3, 0.33 at 4, 0.89 at 1,000, where the model still predicts 98% of
+# the loss), and each of PCG's trials at a low damping runs long: the 32 x 32-quad Blender square's first
+# iteration took 346 s of CPU from 1e-3 and 83 s from here, and its loss was 4.8 after 717 s (10 iterations)
+# where from 1e-3 it was 64 after 695 s (7 iterations). The start lies just below the least damping accepted:
+# 1e-5 (above it) took the square's first step as well, but its damping then stayed ~10x higher and square16
+# (16 x 16 quads, 50 frames) reached loss 2.40 after 30 iterations against 1.51 from 1e-3; 1e-6 reached 1.55.
+# The direct solves keep 1e-3: their trials cost a factorization whatever the damping, and on the README's
+# 70-vertex flag the scaled start (0.30) led to another loop, of lower loss (1.52 against 3.97) but with its
+# wrap seen (velocity jump 2.11x the median against 1.19x).
 _DAMPING_START = 1e-6
 # An undamped step that is rejected restarts the damping from the value it was switched off at, not from
 # _DAMPING_MIN: on N bodies (4 and 5 bodies, seeds 1-10) the undamped step failed every fifth iteration
