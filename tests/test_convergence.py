@@ -12,6 +12,7 @@ from solver_core.scenes.nbody import nbody_problem
 from solver_core.scenes.paper import SCENES
 from solver_core.seam_plot import save_seam_plot, tracked_vertices
 from solver_core.structured_solve import StructuredBackend
+from test_structured_blender_cloth import frame_grid_cloth
 from test_structured_solve import small_cloth
 
 
@@ -267,12 +268,7 @@ def test_the_structured_solve_starts_a_cloth_damped_in_proportion_to_its_stiffne
     # a 6 x 6-quad Blender cloth on the frame grid from its crossfade: median diag(J^T B J) / D 5.4e4, so
     # lambda starts at 0.054; from 1e-3 the first iteration was rejected 4 times (9 rejected trials in 15
     # iterations against 3, loss 4,770 against 964 measured)
-    from test_structured_blender_cloth import quad_grid
-    rest, faces = quad_grid(6, 6, 1.0 / 6)
-    model, dt, _ = sc.blender_cloth_problem_parts(rest, faces, sc.CLOTH_SETTINGS_DEFAULTS, fps=24)
-    q0 = rest + 0.01 * np.random.default_rng(0).normal(size=rest.shape)
-    prob = sc.LoopProblem(model, 12, dt, q0, q0 + 0.003, scheme="linearized", pins=np.array([0, 6]),
-                          substeps=1, eps0=1000.0, eps1=1000.0)
+    prob, _ = frame_grid_cloth(6, 12)
     q = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
     scaled, fixed = GaussNewton(prob, "structured"), GaussNewton(prob, "structured")
     start = scaled.run(q, max_iters=15)
