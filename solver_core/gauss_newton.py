@@ -234,9 +234,10 @@ class GaussNewton:
         u_vv = (residual_steps(self.prob, sides[0]) - 2 * u + residual_steps(self.prob, sides[1])) / h ** 2
         if not np.all(np.isfinite(u_vv)):
             return None
-        inexact = self.backend.inexact   # a solve for another right-hand side says nothing of the direction's
-        a = self.backend.direction(self.backend.residual_gradient(u_vv), damping)
-        self.backend.inexact = inexact
+        backend = self.backend   # a solve for another right-hand side says nothing of the direction's own
+        flags = backend.inexact, backend.truncated
+        a = backend.direction(backend.residual_gradient(u_vv), damping)
+        backend.inexact, backend.truncated = flags
         return a
 
     def _trial(self, q, d, free):
