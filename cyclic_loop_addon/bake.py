@@ -70,6 +70,9 @@ def _parser():
                    help=f"maximum Gauss-Newton iterations (default {ITERATIONS})")
     p.add_argument("--tol", type=float, default=sc.TOL,
                    help="Gauss-Newton tolerance: relative loss decrease per iteration that counts as converged")
+    p.add_argument("--physics-tol", type=float, default=sc.PHYSICS_TOL,
+                   help="physics tolerance: a seamless loop whose mean residual force is at most this fraction of "
+                        "the forces at play is converged (0: minimize on)")
     p.add_argument("--soft", type=float, default=None, metavar="EPS",
                    help="soft first two frames with this eps, larger is freer (the panel's Softness; 0: hard, "
                         "relaxed to soft only if the loop converges with a visible wrap; the report says how far "
@@ -113,7 +116,8 @@ def _settings(args):
     a, b = args.frames if args.frames else (None, None)
     return scene_io.with_defaults(scene_io.LoopSettings(
         objects=names, frame_start=a, frame_end=b, model=args.model, init=args.init, scheme=args.scheme,
-        substeps=args.substeps, iterations=args.iterations, tolerance=args.tol, soft=args.soft,
+        substeps=args.substeps, iterations=args.iterations, tolerance=args.tol, physics_tolerance=args.physics_tol,
+        soft=args.soft,
         pin_group=args.pin_group, collider_collection=args.colliders, bake_missing=args.bake,
         gravitational_constant=args.gravitational_constant))
 

@@ -9,7 +9,7 @@
     bake = true                       # bake a physics cache missing at the shared path on the worker
 
     [variants.draft]                  # bake.py options: model, init, scheme, substeps, iterations, tol,
-    init = "cache"                    # soft, pin_group, colliders, gravitational_constant
+    init = "cache"                    # physics_tol, soft, pin_group, colliders, gravitational_constant
     iterations = 4
 
     [[scene]]
@@ -27,7 +27,7 @@ from .outputs import PRODUCTS
 OUTPUT_EXTENSIONS = {out.kind: out.extension for out in PRODUCTS}
 OUTPUT_OPTIONS = {out.kind: "--" + out.name for out in PRODUCTS}
 VARIANT_TYPES = {"model": str, "init": str, "scheme": str, "substeps": int, "iterations": int, "tol": float,
-                 "soft": float, "pin_group": str, "colliders": str, "gravitational_constant": float}
+                 "physics_tol": float, "soft": float, "pin_group": str, "colliders": str, "gravitational_constant": float}
 DEFAULT_VARIANT = "default"
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list"}
 

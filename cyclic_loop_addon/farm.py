@@ -30,7 +30,7 @@ from .task_files import finished
 
 BAKE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bake.py")
 EXIT_STATUS = {0: "done", 2: "failed: bad input", 3: "failed: solver"}
-CONVERGED = ("tol", "step_tol")
+CONVERGED = ("tol", "step_tol", "physics_tol")
 
 
 def command(task, blender, bake_py=BAKE_PY, force=False):

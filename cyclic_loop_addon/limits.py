@@ -14,7 +14,7 @@ MAX_ITERATIONS = 100000
 GB = 1e9
 
 
-def check_numbers(iterations, substeps, soft, tolerance):
+def check_numbers(iterations, substeps, soft, tolerance, physics_tolerance):
     """Raise LoopInputError for counts and weights no solve can use."""
     if not 1 <= iterations <= MAX_ITERATIONS:
         raise LoopInputError(f"iterations must be between 1 and {MAX_ITERATIONS} (got {iterations}): Gauss-Newton "
@@ -26,6 +26,9 @@ def check_numbers(iterations, substeps, soft, tolerance):
                              f"(got {soft:g})")
     if not tolerance > 0:
         raise LoopInputError(f"the tolerance must be positive (got {tolerance:g})")
+    if not 0 <= physics_tolerance < 1:
+        raise LoopInputError(f"the physics tolerance is a fraction of the forces at play: 0 (minimize on) or "
+                             f"between 0 and 1 (got {physics_tolerance:g})")
 
 
 def check_frames(start, end, step):

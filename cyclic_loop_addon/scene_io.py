@@ -45,6 +45,7 @@ class LoopSettings:
     substeps: int = 0
     iterations: int = ITERATIONS
     tolerance: float = sc.TOL
+    physics_tolerance: float = sc.PHYSICS_TOL
     soft: float = 0.0
     pin_group: str = ""
     collider_collection: str = ""
@@ -96,7 +97,7 @@ def gather(settings, context=None):
     if settings.model not in names(MODELS):
         raise LoopInputError(f"unknown model {settings.model!r}; choose one of {', '.join(names(MODELS))}")
     limits.check_numbers(int(settings.iterations), int(settings.substeps), float(settings.soft),
-                         float(settings.tolerance))
+                         float(settings.tolerance), float(settings.physics_tolerance))
     objects = _chosen_objects(settings, context)
     editing = [ob.name for ob in objects if ob.mode == "EDIT"]
     if editing:

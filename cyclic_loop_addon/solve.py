@@ -18,7 +18,7 @@ def solve(gathered, settings, callback=None):
     check(settings)
     try:
         return sc.loop_clip(gathered.problem, gathered.source, settings.init, max_iters=settings.iterations,
-                            tol=settings.tolerance, callback=callback)
+                            tol=settings.tolerance, physics_tol=settings.physics_tolerance, callback=callback)
     except sc.LoopFailed as exc:
         raise LoopSolveError(str(exc)) from exc
 

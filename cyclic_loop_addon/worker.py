@@ -171,7 +171,8 @@ class SolveJob:
                 child = self._child = solve_process.start(
                     python, folder, "loop", paths["problem.npz"], "-o", paths["result.npz"], "--clip",
                     paths["clip.npy"], "--init", self.settings.init, "--max-iters", str(int(self.settings.iterations)),
-                    "--tol", repr(float(self.settings.tolerance)), "--stop-with-stdin")
+                    "--tol", repr(float(self.settings.tolerance)),
+                    "--physics-tol", repr(float(self.settings.physics_tolerance)), "--stop-with-stdin")
                 self.child_pid = child.pid
             output = []
             try:

@@ -7,7 +7,7 @@ from .residual import residual, loss
 from .forward import simulate, SimulationFailed
 from .fast_projection import fast_projection, FastProjectionDiverged
 from .gauss_newton import GaussNewton
-from .loop import make_loop, LoopResult, TOL, MAX_ITERS, INITS
+from .loop import make_loop, LoopResult, TOL, PHYSICS_TOL, MAX_ITERS, INITS
 from .result import Result, halts
 from .clip_loop import loop_clip, check_init, LoopFailed, CLIP_INITS
 from .report import loop_report, format_report, progress_line, parse_progress, versions

@@ -12,7 +12,7 @@ import numpy as np
 from .clip_loop import CLIP_INITS, LoopFailed, loop_clip
 from .io import load_problem, save_result
 from .linsolve import BACKENDS
-from .loop import MAX_ITERS, TOL, make_loop
+from .loop import MAX_ITERS, PHYSICS_TOL, TOL, make_loop
 from .report import loop_report, progress_line, versions
 
 
@@ -55,7 +55,8 @@ def cmd_loop(args):
         _quit_with_parent()
     prob = load_problem(args.problem)
     callback = None if args.quiet else _progress
-    options = dict(init=args.init, max_iters=args.max_iters, tol=args.tol, backend=args.backend, callback=callback)
+    options = dict(init=args.init, max_iters=args.max_iters, tol=args.tol, physics_tol=args.physics_tol,
+                   backend=args.backend, callback=callback)
     clip = None if args.clip is None else np.load(args.clip, allow_pickle=False)
     res = make_loop(prob, **options) if clip is None else loop_clip(prob, clip, **options)
     save_result(args.output, res)
@@ -102,6 +103,9 @@ def main(argv=None):
                    help="initial guess (cache: a crossfade of --clip)")
     p.add_argument("--max-iters", type=int, default=MAX_ITERS)
     p.add_argument("--tol", type=float, default=TOL)
+    p.add_argument("--physics-tol", type=float, default=PHYSICS_TOL,
+                   help="a seamless loop whose mean residual force is at most this fraction of the forces at "
+                        "play is converged (0: minimize on)")
     p.add_argument("--backend", default="auto", choices=["auto", *BACKENDS])
     p.add_argument("--quiet", action="store_true", help="no per-iteration progress lines")
     p.add_argument("--stop-with-stdin", action="store_true", help="exit when standard input closes")

@@ -6,7 +6,8 @@ from .baselines import crossfade_loop
 from .forward import SimulationFailed, simulate
 from .gauss_newton import choose_backend
 from .linsolve import make_backend
-from .loop import INITS, MAX_ITERS, SEAMLESS_RATIO, TOL, make_loop, on_solver_grid, shifted_callback
+from .loop import (INITS, MAX_ITERS, PHYSICS_TOL, SEAMLESS_RATIO, TOL, make_loop, on_solver_grid,
+                   shifted_callback)
 from .metrics import wrap_ratio
 from .residual import loss
 from .result import halts
@@ -30,7 +31,8 @@ CLIP_INITS = (*INITS, "cache", "cache_or_forward")
 # and ends lower, 2.81 against 3.97, but with a visible wrap), ribbons 940 / 78 / 61 / 50 / 181 / 152 /
 # 142, the 150-vertex flag of ``bench_blender_cloth.py`` 1.5 / 7.3 / 26 / 39 / 44 / 45 / 52.
 # The steady flag's margin is the thinnest: 12-14 against BEHIND 10 at iterations 3-5; from the 6th on its
-# simulation's run would no longer be dropped (and would run to its end, as before).
+# simulation's run would no longer be dropped (and would run to its end, as before). A first loop within the
+# physics tolerance (``make_loop``'s ``physics_tol``) is kept without the second run.
 RACE_FROM = 3
 BEHIND = 10.0
 START_NAMES = dict(cache="cache", forward="simulation")   # the starts in the result's message
@@ -83,6 +85,10 @@ def _make_loop(prob, clip, init, **options):
     first = _started(make_loop(prob, init=starts[lead], callback=callback, **options), lead)
     if first.cancelled:
         return first
+    if first.stop_reason == "physics_tol":   # seamless and physical: the other start cannot be seen to do better
+        first.message += (f"; started from the {START_NAMES[lead]} (lower loss than the "
+                          f"{START_NAMES[trail]}'s), which converged within the physics tolerance")
+        return first
     ahead = [h["loss"] for h in first.history]
     race = seamless(first)
     user = shifted_callback(callback, first.gauss_newton_iterations)
@@ -120,7 +126,8 @@ def _started(result, start):
     return result
 
 
-def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto"):
+def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto",
+              physics_tol=PHYSICS_TOL):
     """``make_loop`` of ``prob`` taken from the simulated ``clip`` (n_frames, n, 3); LoopFailed when the
     solver fails or diverges.
 
@@ -130,10 +137,11 @@ def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, 
     iterations at most, and keeps the ``better`` loop; when the first loop is seamless, the second run is
     dropped once clearly behind it (RACE_FROM, BEHIND). ``init_used`` says which loop was kept, the message
     gives the other's figures (where it was dropped), ``seconds`` counts both runs.
-    ``callback`` as in ``make_loop``; a cancelled result is returned as it is (write nothing).
+    ``callback``, ``tol`` and ``physics_tol`` as in ``make_loop``; a cancelled result is returned as it is (write nothing).
     """
     check_init(init)
-    options = dict(max_iters=int(max_iters), tol=float(tol), callback=callback, backend=backend)
+    options = dict(max_iters=int(max_iters), tol=float(tol), callback=callback, backend=backend,
+                   physics_tol=float(physics_tol))
     reason = ""
     try:
         try:

@@ -4,6 +4,7 @@ import time
 import numpy as np
 
 from .linsolve import DirectBackend, make_backend
+from .metrics import within_tolerance
 from .residual import inertia_metric, loss, residual_steps
 from .result import CANCELLED, CONVERGED, ITERATION_CAP, NO_PROGRESS, Result, halts
 from .structured_solve import supports
@@ -82,8 +83,8 @@ AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY = 60_000
 
 
 # Gauss–Newton's stop reasons as result status codes
-STATUS = dict(tol=CONVERGED, step_tol=CONVERGED, max_iters=ITERATION_CAP, no_progress=NO_PROGRESS,
-              cancelled=CANCELLED)
+STATUS = dict(tol=CONVERGED, step_tol=CONVERGED, physics_tol=CONVERGED, max_iters=ITERATION_CAP,
+              no_progress=NO_PROGRESS, cancelled=CANCELLED)
 
 
 def choose_backend(prob, name="auto"):
@@ -250,11 +251,13 @@ class GaussNewton:
         return trial, loss(self.prob, trial, u=u), u
 
     def run(self, q0, max_iters=100, tol=1e-8, step_tol=1e-12, callback=None, phase="gauss_newton",
-            damping=None, ftol=FTOL):
+            damping=None, ftol=FTOL, physics_tol=0.0):
         """Iterate from ``q0`` (n_steps, n, 3) until the relative loss decrease, or the decrease the
         undamped model still predicts, is below ``tol``; the decrease still to come (``remaining``) and then
-        the undamped model's prediction are below ``ftol`` of the loss; the step is below ``step_tol`` relative to |q|; or ``max_iters``.
-        ``stop_reason`` says which ("tol", "step_tol", "max_iters", "no_progress", "cancelled"). Returns
+        the undamped model's prediction are below ``ftol`` of the loss; the step is below ``step_tol`` relative to |q|;
+        the iterate is seamless with a mean relative residual at most ``physics_tol`` (``metrics.within_tolerance``;
+        0 never); or ``max_iters``.
+        ``stop_reason`` says which ("tol", "step_tol", "physics_tol", "max_iters", "no_progress", "cancelled"). Returns
         a ``Result`` whose ``x`` is the best iterate (the last one: the loss never increases). A
         ``callback(info)`` that ``halts`` stops after that iteration. ``damping``: lambda at the start (a
         run that goes on from another's iterate passes that run's last; None: ``starting_damping`` for the
@@ -274,6 +277,8 @@ class GaussNewton:
         restart = _DAMPING_MIN   # the damping after a rejected undamped step
         since = 0                # the history entry from which ``remaining`` looks (after the last tightening)
         settled = False          # the last iteration settled: the undamped model decides at this linearization
+        if physics_tol and within_tolerance(prob, q, physics_tol, u):
+            self.stop_reason, max_iters = "physics_tol", 0
         for it in range(1, max_iters + 1):
             g = self.backend.linearize(q, u)
             solve, apply_h = self.backend.direction, self.backend.apply
@@ -330,6 +335,9 @@ class GaussNewton:
             if halts(callback, dict(self.history[-1])):
                 self.cancelled = True
                 self.stop_reason = "cancelled"
+                break
+            if physics_tol and within_tolerance(prob, q, physics_tol, u):
+                self.stop_reason = "physics_tol"
                 break
             failed = raises > 0 and suspect   # the trust region rejected a suspect direction at first
             small = previous - current <= tol * previous

@@ -3,6 +3,8 @@ import numpy as np
 
 from .residual import force_steps, loss, residual_steps
 
+SEAMLESS_RATIO = 1.5   # a wrap whose jumps are within this factor of the median frame boundary cannot be seen
+
 
 def _rms(x):
     """RMS over vertices of vectors x (..., n, 3)."""
@@ -33,13 +35,14 @@ def forces_at_play(model, q, t):
     return sum(np.linalg.norm(term.forces(q, t), axis=-1) for term in terms)
 
 
-def relative_residual(prob, q):
+def relative_residual(prob, q, u=None):
     """Per solver step, |u_j| over the forces at play (``forces_at_play`` at the positions row j's forces
     see) on the free vertices, the denominator floored at 1e-3 of its maximum over the loop: the force
-    beyond physics as a fraction of the forces acting (0 is pure physics)."""
+    beyond physics as a fraction of the forces acting (0 is pure physics). ``u``: q's residual
+    (``residual_steps``) when already computed."""
     q = prob.check_trajectory(q)
     free = prob.free_vertices()
-    u = residual_steps(prob, q)
+    u = residual_steps(prob, q) if u is None else u
     k, t = force_steps(prob)
     at_play = np.linalg.norm(forces_at_play(prob.model, q[k], t)[:, free], axis=1)
     un = np.linalg.norm(u[:, free].reshape(prob.n_steps, -1), axis=1)
@@ -60,6 +63,14 @@ def jump_ratios(frames, dt):
 def wrap_ratio(metrics):
     """The larger of a ``loop_metrics``' position and velocity jump ratios: how much the wrap stands out."""
     return max(metrics["velocity_jump_ratio"], metrics["position_jump_ratio"])
+
+
+def within_tolerance(prob, q, tol, u=None):
+    """True when the loop q (solver grid) cannot be seen to wrap (its jump ratios at most SEAMLESS_RATIO)
+    and its mean relative residual (``relative_residual``; ``u`` its residual if known) is at most tol."""
+    if max(jump_ratios(prob.frames_of(q), prob.dt)) > SEAMLESS_RATIO:
+        return False
+    return float(relative_residual(prob, q, u).mean()) <= tol
 
 
 def loop_metrics(prob, q):

@@ -243,6 +243,7 @@ BAD_INPUTS = [
     ("flag", _animated_subdivision, {}, "topology changes"),
     ("flag", None, dict(frame_start=49, frame_end=51), "at least 4"),
     ("flag", None, dict(model="soft_body"), "does not fit"),
+    ("flag", None, dict(physics_tolerance=1.5), "physics tolerance is a fraction"),
     ("flag", None, dict(frame_start=60, frame_end=80), "outside the Cloth cache"),
     ("flag", _free_bake, {}, "not baked"),
     ("flag", lambda: setattr(bpy.data.objects["Flag"].modifiers["Cloth"], "show_viewport", False), {},

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from solver_core import gauss_newton, loop
+from solver_core import gauss_newton, loop, metrics
 from solver_core.gauss_newton import ACCEL_MAX, GaussNewton
 from solver_core.residual import residual_steps
 from solver_core.scenes.nbody import nbody_problem
@@ -114,6 +114,38 @@ def test_hard_initial_conditions_stay_hard_when_asked():
     assert res.initial_conditions == "hard" and res.first_frame_shift == 0.0
     assert np.array_equal(res.q_steps[:2], prob.apply_constraints(res.q_steps)[:2])
     assert res.status == loop.CONVERGED_WITH_SEAM and "or soft initial conditions" in res.message
+
+
+def test_a_loop_within_the_physics_tolerance_stops_there_and_says_so():
+    prob = nbody_problem(3, seed=1, perturbation=0.005, n_frames=100)
+    full = sc.make_loop(prob, init="forward", physics_tol=0.0)
+    res = sc.make_loop(prob, init="forward", physics_tol=0.01)
+    assert full.stop_reason == "tol" and res.stop_reason == "physics_tol"
+    assert res.gauss_newton_iterations < full.gauss_newton_iterations
+    assert res.status == loop.CONVERGED and res.success and res.message.startswith("converged: seamless")
+    m = res.metrics["loop"]
+    assert m["residual_rel_mean"] <= 0.01 < res.metrics["initial"]["residual_rel_mean"]
+    assert max(m["velocity_jump_ratio"], m["position_jump_ratio"]) <= loop.SEAMLESS_RATIO
+
+
+def test_gauss_newton_stops_at_its_first_iterate_within_the_physics_tolerance():
+    prob = nbody_problem(3, seed=1, perturbation=0.005, n_frames=100)
+    q0 = prob.apply_constraints(sc.simulate(prob))
+    run = GaussNewton(prob).run(q0, physics_tol=0.01)
+    assert run.stop_reason == "physics_tol" and run.nit >= 2
+    assert metrics.within_tolerance(prob, run.x, 0.01)
+    before = GaussNewton(prob).run(q0, max_iters=run.nit - 1)
+    assert not metrics.within_tolerance(prob, before.x, 0.01)
+    assert GaussNewton(prob).run(run.x, physics_tol=0.01).nit == 0    # a loop within it needs no iteration
+
+
+def test_a_physical_clip_with_a_visible_wrap_is_not_within_the_physics_tolerance():
+    prob = nbody_problem(3, seed=1, perturbation=0.005, n_frames=100)
+    clip = prob.apply_constraints(sc.simulate(prob))
+    mean = float(metrics.relative_residual(prob, clip).mean())     # only the wrap's rows are not physics
+    assert max(metrics.jump_ratios(prob.frames_of(clip), prob.dt)) > metrics.SEAMLESS_RATIO
+    assert not metrics.within_tolerance(prob, clip, 2 * mean)
+    assert metrics.within_tolerance(prob, sc.make_loop(prob, init="forward", physics_tol=0.0).q_steps, 2 * mean)
 
 
 def test_a_capped_loop_says_it_is_not_converged():

@@ -250,6 +250,21 @@ def test_cache_or_forward_drops_the_start_that_falls_behind(monkeypatch):
     assert stop.cancelled and stop.init_used == "cache" and stop.gauss_newton_iterations == 1
 
 
+def test_cache_or_forward_keeps_a_first_loop_within_the_physics_tolerance_without_the_second_run():
+    prob = nbody_problem(3, seed=1, perturbation=0.005, n_frames=100)
+    clip = sc.simulate(prob)
+    runs = []
+    for tol in (0.01, 0.0):
+        seen = []
+        runs.append((sc.loop_clip(prob, clip, "cache_or_forward", physics_tol=tol,
+                                  callback=lambda info: seen.append(info["iteration"])), seen))
+    (within, seen), (full, seen_full) = runs
+    assert within.stop_reason == "physics_tol" and within.init_used == "forward"
+    assert seen == list(range(1, within.gauss_newton_iterations + 1))     # the cache's start never ran
+    assert "converged within the physics tolerance" in within.message
+    assert len(seen_full) > full.gauss_newton_iterations >= within.gauss_newton_iterations
+
+
 def test_cache_or_forward_runs_both_starts_when_the_first_loop_has_a_seam(monkeypatch):
     """A first loop whose wrap can be seen may lose to a seamless one of higher loss: the second run is
     not dropped, however far behind."""
@@ -271,7 +286,7 @@ def test_cancel_stops_within_one_iteration_with_best_iterate(phase):
         calls.append(info)
         return info["phase"] == phase
 
-    res = sc.make_loop(prob, callback=cancel)
+    res = sc.make_loop(prob, callback=cancel, physics_tol=0.0)   # fast projection's loop is already within 1%
     assert res.cancelled
     assert calls[-1]["phase"] == phase and calls[-1]["iteration"] == 1
     assert sum(c["phase"] == phase for c in calls) == 1
