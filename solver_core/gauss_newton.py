@@ -62,6 +62,13 @@ ACCEL_MAX, ACCEL_H = 0.75, 0.1
 # its 136 s computing it. Ratios just above ACCEL_MAX and rejected accelerated steps do not count: skipping
 # there changed the swinging cloth's path (scale 0.25: 212 -> 821 iterations to the same loss).
 ACCEL_IDLE, ACCEL_NEGLIGIBLE, ACCEL_FAR = 3, 1e-3, 5.0
+# On a model whose laws switch (not ``Model.smooth``: Blender cloth, whose springs change stiffness and damping
+# at their rest length) central differences over 0.1 |v| cross the switches and r_vv is noise; they take
+# ACCEL_H_SWITCHING |v|. Square16 (16 x 16-quad Blender square, 50 frames, CHOLMOD) after 5 iterations from
+# its cache's crossfade: |r_vv| 70 / 683 / 18.3 / 18.3 at 0.1 / 0.01 / 0.003 / 0.001 |v|; from loss 17.3 the
+# step v reached 16.2, v + a/2 260 with a from 0.1 |v| (its accelerated trials were rejected on every
+# iteration, as on the 150-vertex flag) and 4.28 with a from 0.001 |v|.
+ACCEL_H_SWITCHING = 1e-3
 # An inexact direction counts as failed (Gauss–Newton tightens its solve, then "auto" switches to the direct
 # one) when the trust region rejected its first step and the direction itself is suspect: its solve stopped at
 # its cap short of its tolerance (``truncated``), or the model predicts no decrease along it (no PCG iterate of
@@ -228,7 +235,7 @@ class GaussNewton:
         """The geodesic acceleration a = -(J^T B J + damping D)^-1 J^T B r_vv along the velocity v (the step
         at q, residual u, on the ``free`` flat unknowns), r_vv by central differences; None where a shifted
         residual is not finite."""
-        h = ACCEL_H
+        h = ACCEL_H if self.prob.model.smooth else ACCEL_H_SWITCHING
         sides = [self._moved(q, s * h * v, free) for s in (1, -1)]
         if not all(np.all(np.isfinite(x)) for x in sides):
             return None

@@ -429,6 +429,8 @@ def pcg(apply_a, b, apply_m, rtol, max_iters, eta=None, pace=None, x0=None):
     rz = r @ z
     target = rtol * np.linalg.norm(b)
     for it in range(1, max_iters + 1):
+        if not rz > 0:       # r.z underflowed: the residual is zero in this precision (the flag's last steps)
+            return x, it - 1, True
         ap = apply_a(p)
         alpha = rz / (p @ ap)
         x += alpha * p

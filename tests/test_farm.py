@@ -139,6 +139,7 @@ def _row(name, code, stop_reason=None, seconds=1.0):
 def test_summary_table_and_exit_status():
     rows = [_row("a", 0, "tol"), _row("b", 0, "max_iters"), _row("c", 3), _row("d", 2)]
     assert [r["status"] for r in rows] == ["done", "not converged", "failed: solver", "failed: bad input"]
+    assert _row("e", 0, "physics_tol")["status"] == "done"      # converged within the physics tolerance
     lines = farm.summary(rows)
     assert "0.5 -> 0.01" in lines[2] and "2 -> 0.2" in lines[2] and " 7 " in lines[2]
     assert lines[-1] == "1 done, 2 failed, 1 not converged"

@@ -1,6 +1,7 @@
 """The structured (matrix-free, sweep-preconditioned PCG) Gauss–Newton solve against direct CHOLMOD."""
 import copy
 import importlib
+import warnings
 
 import numpy as np
 import pytest
@@ -214,6 +215,13 @@ def test_stabilized_sweep_blocks_are_stable_and_the_preconditioner_spd():
     x, y = rng.normal(size=(2, op.n_free))
     assert np.isclose(x @ pre.apply(y), y @ pre.apply(x), rtol=1e-10)
     assert x @ pre.apply(x) > 0 and y @ pre.apply(y) > 0
+
+
+def test_pcg_stops_cleanly_when_the_residual_underflows():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                      # no 0 / 0 on the way
+        x, it, converged = pcg(lambda v: np.array([1.0, 2.0, 3.0]) * v, np.full(3, 1e-170), lambda v: v, 0.0, 5)
+    assert converged and it == 0 and np.all(np.isfinite(x))
 
 
 def test_pcg_gives_up_when_slower_than_its_pace():

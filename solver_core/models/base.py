@@ -38,6 +38,7 @@ class ForceTerm(Term):
 
     n_vertices: int
     explicit_step = 0.0   # the longest step the linearized scheme takes it at the step's start (module docstring)
+    smooth = True         # continuously differentiable in q (a law that switches at a threshold is not)
 
     def forces(self, q, t):
         """Forces ``(B, n, 3)`` at positions ``q`` ``(B, n, 3)`` and frame times ``t`` ``(B,)``."""
@@ -63,6 +64,7 @@ class VelocityTerm(Term):
 
     n_vertices: int
     explicit_step = 0.0   # the longest step the linearized scheme takes it at the step's start (module docstring)
+    smooth = True         # continuously differentiable in q and v (a law that switches at a threshold is not)
 
     def forces(self, q, v, t):
         """Forces ``(B, n, 3)`` at positions ``q``, velocities ``v`` and frame times ``t``."""
@@ -169,6 +171,11 @@ class Model(ForceTerm):
     def drag(self):
         """Per-vertex linear drag coefficients (n,), zeros when the model has none."""
         return np.zeros(self.n_vertices) if self.damping is None else self.damping
+
+    @property
+    def smooth(self):
+        """True when every force and velocity term is continuously differentiable."""
+        return all(term.smooth for term in self.terms + self.velocity_terms)
 
     @property
     def conservative(self):

@@ -157,6 +157,8 @@ class BlenderSpringTerm(ForceTerm):
     Jacobian of this force (Blender's own solver drops the transverse term and the 1/L of fb').
     """
 
+    smooth = False   # phi's slope jumps at l = L (k against cb, zero for shear springs) and where max switches
+
     def __init__(self, n_vertices, pairs, rest_length, k, kb, cb):
         self.n_vertices = n_vertices
         self.pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
@@ -242,6 +244,8 @@ class BlenderSpringDampingTerm(VelocityTerm):
     ``SIM_mass_spring_force_spring_linear``, whose compressed branch is active only for structural springs
     of the angular bending model).
     """
+
+    smooth = False   # c jumps at the rest length
 
     def __init__(self, n_vertices, pairs, rest_length, c_stretch, c_compress):
         self.n_vertices = n_vertices
