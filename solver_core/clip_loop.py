@@ -137,7 +137,8 @@ def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, 
     iterations at most, and keeps the ``better`` loop; when the first loop is seamless, the second run is
     dropped once clearly behind it (RACE_FROM, BEHIND). ``init_used`` says which loop was kept, the message
     gives the other's figures (where it was dropped), ``seconds`` counts both runs.
-    ``callback``, ``tol`` and ``physics_tol`` as in ``make_loop``; a cancelled result is returned as it is (write nothing).
+    ``callback``, ``tol`` and ``physics_tol`` (here PHYSICS_TOL unless given) as in ``make_loop``; a
+    cancelled result is returned as it is (write nothing).
     """
     check_init(init)
     options = dict(max_iters=int(max_iters), tol=float(tol), callback=callback, backend=backend,

@@ -44,8 +44,9 @@ FORWARD_RACE_ITERATIONS = 20
 # 1e-8 the wobbly bar (scale 0.25) ran into a 300-iteration cap while falling by 1e-7 per iteration).
 TOL = 1e-6
 MAX_ITERS = 200        # make_loop's default cap on Gauss–Newton iterations
-# make_loop's physics tolerance: a seamless loop whose mean residual force is at most this fraction of the
-# forces at play (metrics.relative_residual) is converged, however much loss is left to minimize. Where the
+# The physics tolerance of ``loop_clip`` (the add-on's, bake.py's and the CLI's solve; ``make_loop`` minimizes
+# on unless given one): a seamless loop whose mean residual force is at most this fraction of the forces at
+# play (metrics.relative_residual) is converged, however much loss is left to minimize. Where the
 # physics admits no exact loop (a damped cloth in steady wind) the loss levels off above zero and
 # Gauss–Newton's tail is linear: the 32 x 32-quad Blender square from its cache's crossfade reached a mean
 # residual of 0.034 / 0.017 after 5 / 7 iterations, then 4-10% less loss per iteration (~1 min each).
@@ -168,7 +169,7 @@ def closed_forward(prob, clip=None):
 
 
 def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto",
-              relax=RELAX_EPS, physics_tol=PHYSICS_TOL):
+              relax=RELAX_EPS, physics_tol=0.0):
     """Solve the loop problem ``prob`` and return a LoopResult.
 
     ``init``: "fast_projection" (when it fails, the reason is in ``fallback_reason`` and Gauss–Newton
@@ -182,11 +183,12 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
     Gauss–Newton stops when the loss, or the decrease its model still predicts, falls by less than
     ``tol`` relative per iteration, when a linear crawl has settled (``gauss_newton.remaining``), when the
     loop is seamless and physical within ``physics_tol`` (its mean residual force over the forces at play;
-    PHYSICS_TOL; 0 never), or at ``max_iters``; ``status``, ``success`` and ``message`` say
-    whether the loop converged and whether its wrap can be seen. When it converged under hard initial
-    conditions with a visible wrap, Gauss–Newton goes on (within ``max_iters``) with soft ones of eps
-    ``relax`` (``RELAX_EPS``; None or 0 keeps them hard): ``initial_conditions`` says which held and
-    ``first_frame_shift`` how far (RMS, metres) frame 0 moved from r0.
+    0 never; ``loop_clip``, the add-on's and bake.py's solve, uses PHYSICS_TOL), or at ``max_iters``;
+    ``status``, ``success`` and ``message`` say whether the loop converged and whether its wrap can be
+    seen. When it converged under hard initial conditions with a visible wrap, Gauss–Newton goes on (within
+    ``max_iters``) with soft ones of eps ``relax`` (``RELAX_EPS``; None or 0 keeps them hard):
+    ``initial_conditions`` says which held and ``first_frame_shift`` how far (RMS, metres) frame 0 moved
+    from r0.
     ``backend``: linear solver ("auto", "cholmod", "scipy" or a backend object).
     """
     try:
