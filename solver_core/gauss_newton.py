@@ -67,7 +67,11 @@ ACCEL_IDLE, ACCEL_NEGLIGIBLE, ACCEL_FAR = 3, 1e-3, 5.0
 # ACCEL_H_SWITCHING |v|. Square16 (16 x 16-quad Blender square, 50 frames, CHOLMOD) after 5 iterations from
 # its cache's crossfade: |r_vv| 70 / 683 / 18.3 / 18.3 at 0.1 / 0.01 / 0.003 / 0.001 |v|; from loss 17.3 the
 # step v reached 16.2, v + a/2 260 with a from 0.1 |v| (its accelerated trials were rejected on every
-# iteration, as on the 150-vertex flag) and 4.28 with a from 0.001 |v|.
+# iteration, as on the 150-vertex flag) and 4.28 with a from 0.001 |v|. There only the structured solve takes
+# it: without it the structured solve stalls on small Blender cloths (40 iterations: 4 x 4 quads loss 230 without
+# it or with 0.1 |v|, 1.90 with 0.001 |v|; 6 x 6: 17,185 / 8,104 / 4,203), the direct solves do not (1.98 -
+# 2.20 and ~11,363 whichever) and there it costs: the 150-vertex flag (CHOLMOD) took 29 iterations and 143 s of
+# CPU to loss 311.0 with it, 26 and 106 s to 328.4 (the same loop as before) without.
 ACCEL_H_SWITCHING = 1e-3
 # An inexact direction counts as failed (Gauss–Newton tightens its solve, then "auto" switches to the direct
 # one) when the trust region rejected its first step and the direction itself is suspect: its solve stopped at
@@ -172,7 +176,8 @@ class GaussNewton:
     the accelerated one), seconds and backend.
 
     ``accelerate``: each trial step is the geodesic-accelerated v + a/2 (``ACCEL_MAX``) before v alone,
-    skipped for a while where it is far from use (``ACCEL_IDLE``).
+    skipped for a while where it is far from use (``ACCEL_IDLE``); on a model that is not ``smooth`` only
+    by the structured solve (ACCEL_H_SWITCHING).
     """
 
     def __init__(self, prob, backend="auto", accelerate=True):
@@ -303,7 +308,7 @@ class GaussNewton:
                 if raises == 0:
                     suspect = predicted <= 0 or self.backend.truncated
                 steps, ratio = [v], np.inf
-                if self.accelerate and schedule.due():
+                if self.accelerate and (self.prob.model.smooth or self.problem_aware) and schedule.due():
                     a = self.acceleration(q, u, v, lam, free)
                     if a is not None:
                         ratio = 2 * np.sqrt(self.metric @ a ** 2 / max(self.metric @ v ** 2, 1e-300))

@@ -12,7 +12,7 @@ from solver_core.scenes.nbody import nbody_problem
 from solver_core.scenes.paper import SCENES
 from solver_core.seam_plot import save_seam_plot, tracked_vertices
 from solver_core.structured_solve import StructuredBackend
-from test_structured_blender_cloth import blender_cloth, frame_grid_cloth
+from test_structured_blender_cloth import frame_grid_cloth
 from test_structured_solve import small_cloth
 
 
@@ -266,17 +266,18 @@ def test_geodesic_acceleration_cancels_the_second_order_residual_along_the_step(
 
 def test_geodesic_acceleration_on_blender_cloth_differences_within_its_springs_switches(monkeypatch):
     # Blender's springs switch stiffness and damping at their rest length: differenced over 0.1 |v| r_vv is
-    # noise and no accelerated step is taken; over ACCEL_H_SWITCHING |v| they are, to a lower loss
-    prob, q = blender_cloth(n_frames=8, forward=True)
+    # noise and the structured solve stalls (measured loss 230); over ACCEL_H_SWITCHING |v| it goes on (1.90)
+    prob, q = frame_grid_cloth(4, 12)
     assert not prob.model.smooth
     wide, narrow = gauss_newton.ACCEL_H, gauss_newton.ACCEL_H_SWITCHING
     runs = {}
     for h in (wide, narrow):
         monkeypatch.setattr(gauss_newton, "ACCEL_H_SWITCHING", h)
-        runs[h] = GaussNewton(prob, backend="cholmod").run(q, max_iters=40, tol=1e-6)
-    taken = {h: sum(e.get("accelerated", False) for e in run.history) for h, run in runs.items()}
-    assert taken[wide] == 0 < taken[narrow]
-    assert runs[narrow].history[-1]["loss"] < runs[wide].history[-1]["loss"]
+        runs[h] = GaussNewton(prob, backend="structured").run(q, max_iters=40, tol=1e-6)
+    assert runs[narrow].history[-1]["loss"] < 0.1 * runs[wide].history[-1]["loss"]
+    assert any(e.get("accelerated") for e in runs[narrow].history)
+    direct = GaussNewton(prob, backend="cholmod").run(q, max_iters=5)     # the direct solves skip it there
+    assert all(e["accel_ratio"] == np.inf for e in direct.history[1:])
 
 
 def test_geodesic_acceleration_shortens_a_canyon_crawl():
