@@ -27,7 +27,8 @@ from .outputs import PRODUCTS
 OUTPUT_EXTENSIONS = {out.kind: out.extension for out in PRODUCTS}
 OUTPUT_OPTIONS = {out.kind: "--" + out.name for out in PRODUCTS}
 VARIANT_TYPES = {"model": str, "init": str, "scheme": str, "substeps": int, "iterations": int, "tol": float,
-                 "physics_tol": float, "soft": float, "pin_group": str, "colliders": str, "gravitational_constant": float}
+                 "physics_tol": float, "soft": float, "pin_group": str, "colliders": str,
+                 "gravitational_constant": float}
 DEFAULT_VARIANT = "default"
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list"}
 

@@ -266,11 +266,11 @@ class GaussNewton:
             damping=None, ftol=FTOL, physics_tol=0.0):
         """Iterate from ``q0`` (n_steps, n, 3) until the relative loss decrease, or the decrease the
         undamped model still predicts, is below ``tol``; the decrease still to come (``remaining``) and then
-        the undamped model's prediction are below ``ftol`` of the loss; the step is below ``step_tol`` relative to |q|;
-        the iterate is seamless with a mean relative residual at most ``physics_tol`` (``metrics.within_tolerance``;
-        0 never); or ``max_iters``.
-        ``stop_reason`` says which ("tol", "step_tol", "physics_tol", "max_iters", "no_progress", "cancelled"). Returns
-        a ``Result`` whose ``x`` is the best iterate (the last one: the loss never increases). A
+        the undamped model's prediction are below ``ftol`` of the loss; the step is below ``step_tol``
+        relative to |q|; the iterate (``q0`` too) is seamless with a mean relative residual at most
+        ``physics_tol`` (``metrics.within_tolerance``; 0 never); or ``max_iters``. ``stop_reason`` says
+        which ("tol", "step_tol", "physics_tol", "max_iters", "no_progress", "cancelled"). Returns a
+        ``Result`` whose ``x`` is the best iterate (the last one: the loss never increases). A
         ``callback(info)`` that ``halts`` stops after that iteration. ``damping``: lambda at the start (a
         run that goes on from another's iterate passes that run's last; None: ``starting_damping`` for the
         structured solve, _DAMPING0 for the direct ones)."""
@@ -290,7 +290,8 @@ class GaussNewton:
         since = 0                # the history entry from which ``remaining`` looks (after the last tightening)
         settled = False          # the last iteration settled: the undamped model decides at this linearization
         if physics_tol and within_tolerance(prob, q, physics_tol, u):
-            self.stop_reason, max_iters = "physics_tol", 0
+            self.stop_reason = "physics_tol"
+            return self._result(q, 0.0)
         for it in range(1, max_iters + 1):
             g = self.backend.linearize(q, u)
             solve, apply_h = self.backend.direction, self.backend.apply
