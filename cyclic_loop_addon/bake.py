@@ -160,7 +160,7 @@ def _open(args):
 
 def _progress(progress):
     def callback(info):
-        progress.update(info["phase"], info["iteration"])
+        progress.update(info["phase"], info["iteration"], info.get("residual"))
         _say(progress.line(info["loss"]))
         return False
     return callback
@@ -172,7 +172,7 @@ def run(args):
     _check_outputs(args)
     _check_objects(args)
     settings = _settings(args)
-    progress = Progress(settings.iterations, settings.init)
+    progress = Progress(settings.iterations, settings.init, physics_tol=settings.physics_tolerance)
     paths = {out.name: (getattr(args, out.name), f"--{out.name}") for out in OUTPUTS if getattr(args, out.name)}
     _say(f"{progress.line()} ({source})")
     job = pipeline.prepare(settings, paths, overwrite=args.overwrite, may_replace_input=("--output",))

@@ -2,6 +2,7 @@
 jumps, the time elapsed and an estimate of the time left. No bpy: the panel, the status bar and bake.py
 print the same figures.
 """
+import math
 import time
 
 from .solver import sc
@@ -16,6 +17,7 @@ GUESS_END = 0.35        # fast projection fills up to this fraction (it may stop
 SOLVED = 0.97           # the fraction when the solve is done; writing fills the rest
 MAX_MOVE = 0.1          # the most the bar moves between two looks before writing (a loaded machine looks
                         # seldom while iterations may be fast: CI saw +22% between two looks at a 12-iteration budget)
+RATE_WINDOW = 3         # iterations over which the residual's rate towards the physics tolerance is measured
 
 
 def words(phase):
@@ -49,13 +51,16 @@ class Progress:
     second guess), whose iterations the solver counts on. ``init`` "cache_or_forward" makes two runs
     (``solver_core.clip_loop.runs``), counted on as one.
 
-    ``update(phase, iteration)`` after each solver callback. Each phase fills its own share from where
-    the previous one stopped, so a fast projection that gives up early moves on without a jump, and
+    ``update(phase, iteration, residual)`` after each solver callback. Each phase fills its own share from
+    where the previous one stopped, so a fast projection that gives up early moves on without a jump, and
     between callbacks ``shown`` moves on at the iterations' own pace; the time left is that pace times
-    the iterations left (an upper estimate: the solver may converge sooner)."""
+    the iterations ``expected`` still (the budget's, or fewer where the residual is on course to
+    ``physics_tol``: Gauss–Newton stops there)."""
 
-    def __init__(self, max_iters, init="", clock=time.monotonic):
+    def __init__(self, max_iters, init="", clock=time.monotonic, physics_tol=sc.PHYSICS_TOL):
         self.max_iters = max(int(max_iters), 1) * sc.clip_loop.runs(init)
+        self.physics_tol = float(physics_tol)
+        self._residuals = []                        # (iteration, mean relative residual) while optimizing
         self.clock = clock
         self.started = clock()
         self.phase = "gather"
@@ -68,8 +73,9 @@ class Progress:
         self._shown_at = (self.started, None)      # (time, the phase's start) when ``shown`` was last asked
         self.budget = self.max_iters                # optimizing iterations expected
 
-    def update(self, phase, iteration=0):
-        """Record the solver's (or the add-on's) phase and iteration; returns the fraction done."""
+    def update(self, phase, iteration=0, residual=None):
+        """Record the solver's (or the add-on's) phase, iteration and, while optimizing, the loop's mean
+        relative residual; returns the fraction done."""
         now = self.clock()
         if phase != self.phase:
             if self.phase == "fast_projection":
@@ -84,7 +90,9 @@ class Progress:
             share = min(self.iteration / FP_ITERATIONS, 1.0)
             target = lo + (max(GUESS_END, lo) - lo) * share
         elif phase == "gauss_newton":
-            target = lo + (max(SOLVED, lo) - lo) * min(self.iteration / self.budget, 1.0)
+            if residual is not None:
+                self._residuals.append((self.iteration, float(residual)))
+            target = lo + (max(SOLVED, lo) - lo) * min(self.iteration / self.expected, 1.0)
         elif phase == "write":
             target = max(SOLVED, lo)
         elif phase == "gather":
@@ -96,11 +104,24 @@ class Progress:
         return self.fraction
 
     @property
+    def expected(self):
+        """Optimizing iterations expected in all: the budget, or fewer when the residual, above the physics
+        tolerance, falls towards it: its geometric rate over the last RATE_WINDOW iterations, extrapolated."""
+        if not self.physics_tol or len(self._residuals) <= RATE_WINDOW:
+            return self.budget
+        (i0, r0), (i1, r1) = self._residuals[-1 - RATE_WINDOW], self._residuals[-1]
+        if not (i1 > i0 and self.physics_tol < r1 < r0):
+            return self.budget
+        rate = (r1 / r0) ** (1.0 / (i1 - i0))
+        left = max(math.ceil(math.log(self.physics_tol / r1) / math.log(rate)), 1)
+        return min(self.budget, i1 + left)
+
+    @property
     def step(self):
         """The fraction one iteration of the current phase adds."""
         lo = self._phase_start[1]
         if self.phase == "gauss_newton":
-            return (max(SOLVED, lo) - lo) / self.budget
+            return (max(SOLVED, lo) - lo) / self.expected
         if self.phase == "fast_projection":
             return (max(GUESS_END, lo) - lo) / FP_ITERATIONS
         return 0.0
@@ -136,11 +157,11 @@ class Progress:
 
     @property
     def seconds_left(self):
-        """Estimated seconds to the iteration cap while optimizing (None before the pace is known)."""
+        """Estimated seconds to the iterations ``expected`` while optimizing (None before the pace is known)."""
         pace = self.pace
         if self.phase != "gauss_newton" or pace is None:
             return None
-        return max(pace * (self.budget - self.iteration) - (self.clock() - self._last[0]), 0.0)
+        return max(pace * (self.expected - self.iteration) - (self.clock() - self._last[0]), 0.0)
 
     def time_text(self):
         """"1 min 05 s elapsed · about 2 min left" (before the pace is known: "time left: estimating")."""

@@ -4,7 +4,7 @@ import time
 import numpy as np
 
 from .linsolve import DirectBackend, make_backend
-from .metrics import within_tolerance
+from .metrics import relative_residual, seamless, within_tolerance
 from .residual import inertia_metric, loss, residual_steps
 from .result import CANCELLED, CONVERGED, ITERATION_CAP, NO_PROGRESS, Result, halts
 from .structured_solve import supports
@@ -173,7 +173,8 @@ class GaussNewton:
     iteration). ``run`` returns a ``Result``; ``history`` lists per-iteration dicts with iteration, loss,
     damping, rho, step_norm, grad_norm, rejected (the trial steps rejected before the one taken),
     accel_ratio (2 |a| / |v| of the geodesic acceleration, inf when none), accelerated (the step taken was
-    the accelerated one), seconds and backend.
+    the accelerated one), seconds, backend and, when ``run`` has a ``physics_tol``, residual (the mean
+    relative residual, ``metrics.relative_residual``).
 
     ``accelerate``: each trial step is the geodesic-accelerated v + a/2 (``ACCEL_MAX``) before v alone,
     skipped for a while where it is far from use (``ACCEL_IDLE``); on a model that is not ``smooth`` only
@@ -345,11 +346,13 @@ class GaussNewton:
                                      grad_norm=float(np.linalg.norm(g)), rejected=raises, accel_ratio=ratio,
                                      accelerated=d is not v,
                                      seconds=time.perf_counter() - t0, phase=phase, backend=self.backend.name))
+            if physics_tol:   # the progress bar's estimate reads it
+                self.history[-1]["residual"] = float(relative_residual(prob, q, u).mean())
             if halts(callback, dict(self.history[-1])):
                 self.cancelled = True
                 self.stop_reason = "cancelled"
                 break
-            if physics_tol and within_tolerance(prob, q, physics_tol, u):
+            if physics_tol and self.history[-1]["residual"] <= physics_tol and seamless(prob, q):
                 self.stop_reason = "physics_tol"
                 break
             failed = raises > 0 and suspect   # the trust region rejected a suspect direction at first

@@ -65,12 +65,15 @@ def wrap_ratio(metrics):
     return max(metrics["velocity_jump_ratio"], metrics["position_jump_ratio"])
 
 
+def seamless(prob, q):
+    """True when the loop q (solver grid) cannot be seen to wrap: its jump ratios at most SEAMLESS_RATIO."""
+    return max(jump_ratios(prob.frames_of(q), prob.dt)) <= SEAMLESS_RATIO
+
+
 def within_tolerance(prob, q, tol, u=None):
-    """True when the loop q (solver grid) cannot be seen to wrap (its jump ratios at most SEAMLESS_RATIO)
-    and its mean relative residual (``relative_residual``; ``u`` its residual if known) is at most tol."""
-    if max(jump_ratios(prob.frames_of(q), prob.dt)) > SEAMLESS_RATIO:
-        return False
-    return float(relative_residual(prob, q, u).mean()) <= tol
+    """True when the loop q (solver grid) is ``seamless`` and its mean relative residual
+    (``relative_residual``; ``u`` its residual if known) is at most tol."""
+    return seamless(prob, q) and float(relative_residual(prob, q, u).mean()) <= tol
 
 
 def loop_metrics(prob, q):

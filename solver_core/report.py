@@ -11,7 +11,7 @@ from .baselines import crossfade_loop
 from .forward import simulate
 from .metrics import loop_metrics
 
-_PROGRESS = re.compile(r"^\[(\w+)\] iteration +(-?\d+)  loss (\S+)$")
+_PROGRESS = re.compile(r"^\[(\w+)\] iteration +(-?\d+)  loss (\S+)(?:  residual (\S+))?$")
 
 
 def loop_report(prob, res, clip=None, **about):
@@ -48,16 +48,20 @@ def format_report(rep):
 
 
 def progress_line(info):
-    """The line the command line prints after an iteration: phase, iteration and the exact loss."""
-    return f"[{info['phase']}] iteration {int(info['iteration']):4d}  loss {float(info['loss'])!r}"
+    """The line the command line prints after an iteration: phase, iteration, the exact loss and, where
+    Gauss–Newton measures it, the mean relative residual."""
+    line = f"[{info['phase']}] iteration {int(info['iteration']):4d}  loss {float(info['loss'])!r}"
+    return line + (f"  residual {float(info['residual'])!r}" if "residual" in info else "")
 
 
 def parse_progress(line):
-    """The progress dict (phase, iteration, loss) of a ``progress_line``, or None for another line."""
+    """The progress dict (phase, iteration, loss and residual when given) of a ``progress_line``, or None
+    for another line."""
     found = _PROGRESS.match(line.rstrip("\n"))
     if found is None:
         return None
-    return dict(phase=found[1], iteration=int(found[2]), loss=float(found[3]))
+    info = dict(phase=found[1], iteration=int(found[2]), loss=float(found[3]))
+    return info if found[4] is None else dict(info, residual=float(found[4]))
 
 COLUMNS = ("loss", "position_jump", "velocity_jump", "velocity_jump_ratio", "residual_rel_mean", "residual_rel_max")
 

@@ -89,6 +89,23 @@ def test_progress_moves_at_most_a_tenth_between_two_looks_until_writing():
     assert p.shown == pytest.approx(SOLVED)
 
 
+def test_progress_expects_the_solve_to_stop_where_the_residual_meets_the_physics_tolerance():
+    """The time left counts the iterations the residual needs to reach the physics tolerance at its rate over
+    the last RATE_WINDOW iterations (the solver stops there), not those to the iteration cap."""
+    runs = {}
+    for tol in (0.01, 0.0):
+        clock = Clock()
+        p = runs[tol] = Progress(max_iters=50, init="cache_or_forward", clock=clock, physics_tol=tol)
+        for it, residual in enumerate([0.8, 0.4, 0.16, 0.08, 0.04], start=1):
+            clock.t += 60.0
+            p.update("gauss_newton", it, residual)
+    assert runs[0.01].expected == 7 and runs[0.01].seconds_left == pytest.approx(2 * 60.0)   # 0.04 -> 0.01
+    assert runs[0.01].time_text().endswith("about 2 min left")
+    assert runs[0.0].expected == runs[0.0].budget == 100 and runs[0.0].seconds_left == pytest.approx(95 * 60.0)
+    line = sc.progress_line(dict(phase="gauss_newton", iteration=5, loss=2.5, residual=0.04))
+    assert sc.parse_progress(line) == dict(phase="gauss_newton", iteration=5, loss=2.5, residual=0.04)
+
+
 def test_durations_in_words():
     assert (duration(5.4), duration(65), duration(3720)) == ("5 s", "1 min 05 s", "1 h 02 min")
     assert (about(30), about(150), about(4000)) == ("under a minute", "about 2 min", "about 1 h 07 min")
