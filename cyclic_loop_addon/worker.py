@@ -105,7 +105,11 @@ class SolveJob:
                 return items
 
     def _callback(self, info):
-        self._post(dict(phase=info["phase"], iteration=int(info["iteration"]), loss=float(info["loss"])))
+        """The solver's callback in the thread: what the child process's progress lines carry (``parse_progress``)."""
+        posted = dict(phase=info["phase"], iteration=int(info["iteration"]), loss=float(info["loss"]))
+        if "residual" in info:
+            posted["residual"] = float(info["residual"])
+        self._post(posted)
         return self._cancel.is_set()
 
     def _post(self, info):
