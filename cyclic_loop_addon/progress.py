@@ -71,7 +71,7 @@ class Progress:
         self._last = (self.started, 0.0)            # (time, fraction) of the last callback
         self._shown = 0.0
         self._shown_at = (self.started, None)      # (time, the phase's start) when ``shown`` was last asked
-        self.budget = self.max_iters                # optimizing iterations expected
+        self.budget = self.max_iters                # optimizing iterations at most (``expected``: as foreseen)
 
     def update(self, phase, iteration=0, residual=None):
         """Record the solver's (or the add-on's) phase, iteration and, while optimizing, the loop's mean
