@@ -105,12 +105,15 @@ class Progress:
 
     @property
     def expected(self):
-        """Optimizing iterations expected in all: the budget, or fewer when the residual, above the physics
-        tolerance, falls towards it: its geometric rate over the last RATE_WINDOW iterations, extrapolated."""
+        """Optimizing iterations expected in all: the budget, or fewer when the residual falls towards the
+        physics tolerance (its geometric rate over the last RATE_WINDOW iterations, extrapolated) or has
+        reached it (the solver stops there when the wrap cannot be seen: at most one more)."""
         if not self.physics_tol or len(self._residuals) <= RATE_WINDOW:
             return self.budget
         (i0, r0), (i1, r1) = self._residuals[-1 - RATE_WINDOW], self._residuals[-1]
-        if not (i1 > i0 and self.physics_tol < r1 < r0):
+        if r1 <= self.physics_tol:
+            return min(self.budget, i1 + 1)
+        if not (i1 > i0 and r1 < r0):
             return self.budget
         rate = (r1 / r0) ** (1.0 / (i1 - i0))
         left = max(math.ceil(math.log(self.physics_tol / r1) / math.log(rate)), 1)

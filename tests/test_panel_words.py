@@ -101,6 +101,9 @@ def test_progress_expects_the_solve_to_stop_where_the_residual_meets_the_physics
             p.update("gauss_newton", it, residual)
     assert runs[0.01].expected == 7 and runs[0.01].seconds_left == pytest.approx(2 * 60.0)   # 0.04 -> 0.01
     assert runs[0.01].time_text().endswith("about 2 min left")
+    runs[0.01].clock.t += 60.0
+    runs[0.01].update("gauss_newton", 6, 0.009)         # within it: the solver stops now, or after one more
+    assert runs[0.01].expected == 7 and runs[0.01].seconds_left == pytest.approx(60.0)
     assert runs[0.0].expected == runs[0.0].budget == 100 and runs[0.0].seconds_left == pytest.approx(95 * 60.0)
     line = sc.progress_line(dict(phase="gauss_newton", iteration=5, loss=2.5, residual=0.04))
     assert sc.parse_progress(line) == dict(phase="gauss_newton", iteration=5, loss=2.5, residual=0.04)
