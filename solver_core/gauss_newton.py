@@ -195,6 +195,12 @@ class GaussNewton:
         backend.bind(self.prob)
 
     @property
+    def accelerating(self):
+        """Whether trial steps try the geodesic acceleration now: asked for, and on a model that is not
+        ``smooth`` only with the structured solve (ACCEL_H_SWITCHING)."""
+        return self.accelerate and (self.prob.model.smooth or self.problem_aware)
+
+    @property
     def problem_aware(self):
         """True when the backend never assembles the Gauss–Newton matrix (the structured solve)."""
         return not isinstance(self.backend, DirectBackend)
@@ -310,7 +316,7 @@ class GaussNewton:
                 if raises == 0:
                     suspect = predicted <= 0 or self.backend.truncated
                 steps, ratio = [v], np.inf
-                if self.accelerate and (self.prob.model.smooth or self.problem_aware) and schedule.due():
+                if self.accelerating and schedule.due():
                     a = self.acceleration(q, u, v, lam, free)
                     if a is not None:
                         ratio = 2 * np.sqrt(self.metric @ a ** 2 / max(self.metric @ v ** 2, 1e-300))

@@ -8,7 +8,7 @@ from .fast_projection import FastProjectionDiverged, fast_projection
 from .forward import SimulationFailed, simulate
 from .gauss_newton import GaussNewton, choose_backend
 from .linsolve import make_backend
-from .metrics import SEAMLESS_RATIO, jump_ratios, loop_metrics, seam_statistics, wrap_ratio
+from .metrics import SEAMLESS_RATIO, loop_metrics, seam_statistics, seamless, wrap_ratio
 from .residual import loss
 from .result import CANCELLED, CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, Result
 from .reversible import reversible, two_sided_guess
@@ -218,7 +218,7 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
                                              physics_tol=physics_tol)
     res.initial_conditions = "hard" if all(prob.hard()) else "soft"
     if (relax and res.initial_conditions == "hard" and run.stop_reason in ("tol", "step_tol")
-            and max_iters > run.nit and max(jump_ratios(prob.frames_of(run.x), prob.dt)) > SEAMLESS_RATIO
+            and max_iters > run.nit and not seamless(prob, run.x)
             and not pins_jump(prob, run.x)):   # soft conditions cannot hide the pins' own jump
         run = _run_on(GaussNewton(prob.softened(relax), backend), run, max_iters - run.nit, tol, physics_tol, callback)
         res.initial_conditions = f"soft (eps {relax:g}) after hard ones left a visible wrap"
@@ -304,7 +304,7 @@ def _verdict(prob, res, history, max_iters):
             f"{before['velocity_jump_ratio']:.3g}x, {before['position_jump_ratio']:.3g}x)")
     control = (f"; the loop needs control forces {after['residual_rel_mean']:.2g} times the physical forces"
                if after["residual_rel_mean"] > 0.1 else "")
-    seamless = wrap_ratio(after) <= SEAMLESS_RATIO
+    unseen = wrap_ratio(after) <= SEAMLESS_RATIO
     if res.initial_conditions.startswith("soft"):
         wrap += (f"; {res.initial_conditions}: the first frame moved {1e3 * res.first_frame_shift:.3g} mm RMS "
                  "from the clip's")
@@ -316,8 +316,8 @@ def _verdict(prob, res, history, max_iters):
         res.message = (f"converged: seamless and physical within the tolerance, residual force "
                        f"{after['residual_rel_mean']:.2g} of the forces at play; {wrap}")
     elif res.stop_reason in ("tol", "step_tol"):
-        res.status = CONVERGED if seamless else CONVERGED_WITH_SEAM
-        if seamless:
+        res.status = CONVERGED if unseen else CONVERGED_WITH_SEAM
+        if unseen:
             res.message = f"converged: seamless, {wrap}"
         elif pins_jump(prob, res.q_steps):
             res.message = (f"converged, but the wrap can still be seen: {wrap}{control}; the pinned vertices' "
