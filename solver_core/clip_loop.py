@@ -55,14 +55,15 @@ def runs(init):
     return 2 if init == "cache_or_forward" else 1
 
 
-def seamless(result):
-    """True when the wrap of the loop ``result`` cannot be seen (within SEAMLESS_RATIO)."""
+def result_seamless(result):
+    """True when the wrap of the loop ``result`` (a LoopResult) cannot be seen (within SEAMLESS_RATIO):
+    ``metrics.seamless`` read off the metrics it already holds."""
     return wrap_ratio(result.metrics["loop"]) <= SEAMLESS_RATIO
 
 
 def better(a, b):
     """The better of two loops: the seamless one, else (both or neither) the one of lower loss."""
-    key = [(not seamless(r), r.final_loss) for r in (a, b)]
+    key = [(not result_seamless(r), r.final_loss) for r in (a, b)]
     return a if key[0] <= key[1] else b
 
 
@@ -90,7 +91,7 @@ def _make_loop(prob, clip, init, **options):
                           f"{START_NAMES[trail]}'s), which converged within the physics tolerance")
         return first
     ahead = [h["loss"] for h in first.history]
-    race = seamless(first)
+    race = result_seamless(first)
     user = shifted_callback(callback, first.gauss_newton_iterations)
     dropped = {}
 
