@@ -79,10 +79,14 @@ ACCEL_H_SWITCHING = 1e-3
 # the damped system can). A first step rejected on a solved direction is Levenberg–Marquardt finding its
 # damping, which a tighter solve does not change: square16 from its cache's crossfade (20 iterations, CPU)
 # took 197 s to loss 2.098 when any rejected first step tightened it, 120 s to 1.877 with this rule.
-# "auto" uses the structured solve from this many free unknowns on. Measured (time to CHOLMOD's loss after
-# 4 steps, cloth from the forward simulation): 10k unknowns 3.3 s CHOLMOD vs 4.8 s structured, 18k 10.0
-# vs 2.5 s, 23k 17.1 vs 9.7 s, 51k (the flag) 173 vs 15 s (measured before the sweep was stabilized).
-AUTO_STRUCTURED_MIN_UNKNOWNS = 15_000
+# "auto" uses the structured solve from this many free unknowns on. Whole make_loop runs at the paper's size
+# (session 14, both solves side by side or on the same machine, the same loops): the doughnut (37,440
+# unknowns) 2,247 s and 8 + 160 iterations structured against 510 s and 8 + 80 with CHOLMOD, the twisting
+# bar (38,400) 280 s and 9 + 72 against 197 s and 9 + 47: exact directions need fewer iterations, and at
+# this size a factorization costs less than the tightened PCG solves of the tail. (At 15,000, set from the
+# time per step alone, before the direct solve's OpenBLAS and AMD ordering: 4 steps from the forward
+# simulation of a cloth, 18k unknowns 10.0 s CHOLMOD vs 2.5 s structured, 23k 17.1 vs 9.7 s, 51k 173 vs 15 s.)
+AUTO_STRUCTURED_MIN_UNKNOWNS = 40_000
 # ... and from this many for problems with velocity terms (Blender cloth): on the README's flag (17,766
 # unknowns, crossfade start) CHOLMOD reached loss 2.9e4 in 3 steps, the structured solve stalled at 6.3e4
 # after 12 (its 60-iteration PCG cap was reached at every step); at 108k unknowns CHOLMOD needs ~10 GB. At

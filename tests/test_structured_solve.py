@@ -90,11 +90,12 @@ def test_auto_picks_structured_for_large_problems_only():
     assert GaussNewton(small).backend.name == "cholmod"
     rest, tris = cloth_grid(10, 10, 0.1)
     cloth = sc.Cloth(rest, tris, youngs_modulus=1e4)
-    large = sc.LoopProblem(cloth.add(Gravity(cloth.mass)), 60, 0.01, rest, rest, scheme="backward", pins=np.array([0, 9]))
+    large = sc.LoopProblem(cloth.add(Gravity(cloth.mass)), 150, 0.01, rest, rest, scheme="backward",
+                           pins=np.array([0, 9]))
     assert large.free_mask().sum() >= gauss_newton.AUTO_STRUCTURED_MIN_UNKNOWNS
     assert gauss_newton.choose_backend(large) == "structured"
     assert gauss_newton.choose_backend(large, "cholmod") == "cholmod"
-    linearized = sc.LoopProblem(large.model, 60, 0.01, rest, rest, scheme="linearized", pins=large.pins)
+    linearized = sc.LoopProblem(large.model, 150, 0.01, rest, rest, scheme="linearized", pins=large.pins)
     assert gauss_newton.choose_backend(linearized) == "structured"
 
 
