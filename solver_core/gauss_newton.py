@@ -80,10 +80,12 @@ ACCEL_H_SWITCHING = 1e-3
 # damping, which a tighter solve does not change: square16 from its cache's crossfade (20 iterations, CPU)
 # took 197 s to loss 2.098 when any rejected first step tightened it, 120 s to 1.877 with this rule.
 # "auto" uses the structured solve from this many free unknowns on. Whole make_loop runs at the paper's size
-# (session 14, both solves side by side or on the same machine, the same loops): the doughnut (37,440
+# (session 14, both solves side by side or on the same machine, the same loops): the doughnut (36,192 free
 # unknowns) 2,247 s and 8 + 160 iterations structured against 510 s and 8 + 80 with CHOLMOD, the twisting
-# bar (38,400) 280 s and 9 + 72 against 197 s and 9 + 47: exact directions need fewer iterations, and at
-# this size a factorization costs less than the tightened PCG solves of the tail. (At 15,000, set from the
+# bar (32,928) 280 s and 9 + 72 against 197 s and 9 + 47: exact directions need fewer iterations, and at
+# this size a factorization costs less than the tightened PCG solves of the tail; the flag at scale 0.75
+# (26,937), side by side after the same fast projection: at ~540 s of CPU CHOLMOD had run 208 iterations to
+# loss 2.07, the structured solve 21 to 5.52. (At 15,000, set from the
 # time per step alone, before the direct solve's OpenBLAS and AMD ordering: 4 steps from the forward
 # simulation of a cloth, 18k unknowns 10.0 s CHOLMOD vs 2.5 s structured, 23k 17.1 vs 9.7 s, 51k 173 vs 15 s.)
 AUTO_STRUCTURED_MIN_UNKNOWNS = 40_000
