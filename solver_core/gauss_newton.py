@@ -4,7 +4,7 @@ import time
 import numpy as np
 
 from .linsolve import DirectBackend, make_backend
-from .metrics import relative_residual, seamless, within_tolerance
+from .metrics import relative_residual, within_tolerance
 from .residual import inertia_metric, loss, residual_steps
 from .result import CANCELLED, CONVERGED, ITERATION_CAP, NO_PROGRESS, Result, halts
 from .structured_solve import supports
@@ -364,7 +364,7 @@ class GaussNewton:
                 self.cancelled = True
                 self.stop_reason = "cancelled"
                 break
-            if physics_tol and self.history[-1]["residual"] <= physics_tol and seamless(prob, q):
+            if physics_tol and within_tolerance(prob, q, physics_tol, residual=self.history[-1]["residual"]):
                 self.stop_reason = "physics_tol"
                 break
             failed = raises > 0 and suspect   # the trust region rejected a suspect direction at first

@@ -70,10 +70,12 @@ def seamless(prob, q):
     return max(jump_ratios(prob.frames_of(q), prob.dt)) <= SEAMLESS_RATIO
 
 
-def within_tolerance(prob, q, tol, u=None):
-    """True when the loop q (solver grid) is ``seamless`` and its mean relative residual
-    (``relative_residual``; ``u`` its residual if known) is at most tol."""
-    return seamless(prob, q) and float(relative_residual(prob, q, u).mean()) <= tol
+def within_tolerance(prob, q, tol, u=None, residual=None):
+    """True when the loop q (solver grid) is ``seamless`` and its mean relative residual (``residual`` if
+    known, else ``relative_residual``'s mean, ``u`` its residual if known) is at most tol."""
+    if residual is None:
+        residual = float(relative_residual(prob, q, u).mean())
+    return residual <= tol and seamless(prob, q)
 
 
 def loop_metrics(prob, q):

@@ -93,6 +93,9 @@ def test_auto_picks_structured_for_large_problems_only():
     large = sc.LoopProblem(cloth.add(Gravity(cloth.mass)), 150, 0.01, rest, rest, scheme="backward",
                            pins=np.array([0, 9]))
     assert large.free_mask().sum() >= gauss_newton.AUTO_STRUCTURED_MIN_UNKNOWNS
+    middle = sc.LoopProblem(large.model, 60, 0.01, rest, rest, scheme="backward", pins=large.pins)
+    assert 15_000 <= middle.free_mask().sum() < gauss_newton.AUTO_STRUCTURED_MIN_UNKNOWNS
+    assert gauss_newton.choose_backend(middle) == "auto"      # the direct solve (the doughnut's size at scale 1)
     assert gauss_newton.choose_backend(large) == "structured"
     assert gauss_newton.choose_backend(large, "cholmod") == "cholmod"
     linearized = sc.LoopProblem(large.model, 150, 0.01, rest, rest, scheme="linearized", pins=large.pins)
