@@ -172,7 +172,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         if not hasattr(self, "_progress"):     # execute: no gather phase shown
             self._progress = Progress(settings.max_iters, settings.init)
         self._progress.update("")
-        run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, self._progress.shown
+        run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, self._progress.look()
         run.percent = round(100 * run.progress)
         run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
         run.redraws, run.message = 0, ""
@@ -186,8 +186,8 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         for info in _job.progress():
             run.iteration, run.loss = info["iteration"], info["loss"]
             self._progress.update(info["phase"], info["iteration"], info.get("residual"))
+        run.phase, run.progress = self._progress.phase, self._progress.look()     # one look per refresh
         run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
-        run.phase, run.progress = self._progress.phase, self._progress.shown
         run.percent = round(100 * run.progress)
         shown = (run.status_text, run.time_text, run.iteration, run.message, _job.where)
         if shown != self._shown:

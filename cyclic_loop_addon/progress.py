@@ -139,10 +139,15 @@ class Progress:
 
     @property
     def shown(self):
-        """The fraction to show now: the last callback's, moved on at the iterations' pace (at most to
-        the next iteration's), never less than shown before. Within a phase, iterations faster than its
-        pace so far are caught up at that pace rather than in a jump: since the bar was last shown, it
-        moves at most one step per ``pace`` seconds; before writing, at most MAX_MOVE between two looks."""
+        """The fraction the last ``look()`` showed (0 before the first)."""
+        return self._shown
+
+    def look(self):
+        """Move the bar on and return the fraction to show now (call once per refresh of what is shown):
+        the last callback's, moved on at the iterations' pace (at most to the next iteration's), never
+        less than shown before. Within a phase, iterations faster than its pace so far are caught up at that
+        pace rather than in a jump: since the last look the bar moves at most one step per ``pace``
+        seconds; before writing, at most MAX_MOVE between two looks."""
         now, pace, (t, fraction) = self.clock(), self.pace, self._last
         if pace:
             fraction += self.step * min((now - t) / pace, 0.9)
@@ -178,11 +183,12 @@ class Progress:
         return f"{duration(self.elapsed)} elapsed · {tail}"
 
     def headline(self):
-        """"Optimizing 45%"."""
+        """"Optimizing 45%" (the percentage of the last look)."""
         return f"{words(self.phase)} {self.shown:.0%}"
 
     def line(self, loss=None):
-        """One line for a console: phase, percentage, iteration, loss, elapsed and time left."""
+        """One line for a console (a look): phase, percentage, iteration, loss, elapsed and time left."""
+        self.look()
         detail = f" · iteration {self.iteration}" if self.phase in ("fast_projection", "gauss_newton") else ""
         if loss is not None and loss == loss:
             detail += f" · loss {loss:.6g}"
