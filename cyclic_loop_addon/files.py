@@ -65,6 +65,22 @@ def check_writable(path, what="output", folder_output=False):
     return path
 
 
+def _disk_full(path):
+    """True when the folder of ``path`` has less than CHUNK bytes free."""
+    return shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < CHUNK
+
+
+def writer_failure(path, what, exc):
+    """The LoopWriteError for a writer that raised ``exc`` (Blender's save or an exporter, whose words
+    for a full disk vary with where the write failed): a full disk said as such, else the writer's
+    message on one line."""
+    text = " ".join(str(exc).split())
+    if _disk_full(path) or "No space left on device" in text:
+        return LoopWriteError(f"could not write the {what} {path}: the disk is full. Nothing was written "
+                              "there; free some space or choose another folder and run again")
+    return LoopWriteError(f"could not write the {what} {path}: {text}. Nothing was written there")
+
+
 def write_failure(path, what, exc, kept):
     """The LoopError for a failed write of ``path`` (OSError ``exc``): permission problems are bad input
     (LoopInputError), a full disk or an I/O error a failed write (LoopWriteError)."""
@@ -146,8 +162,7 @@ def _finish(tmp, path, what, verify):
         try:
             check(tmp)
         except (ValueError, OSError) as exc:
-            full = shutil.disk_usage(os.path.dirname(path)).free < CHUNK
-            cause = "the disk is full" if full else f"the written file is incomplete ({exc})"
+            cause = "the disk is full" if _disk_full(path) else f"the written file is incomplete ({exc})"
             raise LoopWriteError(f"could not write the {what} {path}: {cause}. Nothing was written there; "
                                  "free some space or choose another folder and run again") from exc
     if _pending:

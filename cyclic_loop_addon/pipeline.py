@@ -10,8 +10,7 @@ import os
 
 import bpy
 
-from . import export, gltf, guard, preview, scene_io, vat, web_preview, writeback
-from .errors import LoopWriteError
+from . import export, files, gltf, guard, preview, scene_io, vat, web_preview, writeback
 from .files import atomic_path
 from .outputs import BY_NAME
 from .solver import sc
@@ -49,8 +48,7 @@ def finish(job, paths, keys=False, attach=False, context=None):
         try:
             export.export_alembic(gathered, q, path["abc"], context)
         except RuntimeError as exc:     # Blender's exporter reports its own failures this way
-            raise LoopWriteError(f"could not write the {paths['abc'][1]} {path['abc']}: {exc}. Nothing was "
-                                 "written there") from exc
+            raise files.writer_failure(path["abc"], paths["abc"][1], exc) from exc
     if "preview" in path:
         preview.save_preview(gathered, q, path["preview"])
     for name, write in (("vat", vat.export_vat), ("glb", gltf.export_gltf), ("html", web_preview.write_page)):
@@ -66,8 +64,7 @@ def finish(job, paths, keys=False, attach=False, context=None):
             try:
                 bpy.ops.wm.save_as_mainfile(filepath=tmp, copy=True, compress=True)
             except RuntimeError as exc:
-                raise LoopWriteError(f"could not write the {paths['output'][1]} {path['output']}: {exc}. Nothing "
-                                     "was written there") from exc
+                raise files.writer_failure(path["output"], paths["output"][1], exc) from exc
     if "json" in path:
         with atomic_path(path["json"], paths["json"][1]) as tmp, open(tmp, "w") as f:
             json.dump(dict(job.report, verdict=sc.verdict(job.report)), f, indent=2)

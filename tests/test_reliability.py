@@ -157,6 +157,18 @@ def test_a_full_disk_leaves_no_partial_file_and_keeps_the_previous_one(tmp_path,
     assert left == previous          # every output absent or as it was: no partial, no stray temporary file
 
 
+def test_a_writer_failing_on_a_full_disk_says_so_in_one_line(tmp_path):
+    """Blender's save reports a full disk in words that depend on where the write failed (one CI run got a
+    message without them): the disk's own state or the system's words decide, and the line is one line."""
+    path = str(tmp_path / "x.blend")
+    full = files.writer_failure(path, "--output", RuntimeError("Error: Cannot write\nNo space left on device"))
+    assert str(full) == (f"could not write the --output {path}: the disk is full. Nothing was written there; free "
+                         "some space or choose another folder and run again")
+    other = files.writer_failure(path, "--output", RuntimeError("Error: Cannot open\n  file for writing"))
+    assert str(other) == (f"could not write the --output {path}: Error: Cannot open file for writing. Nothing was "
+                          "written there")
+
+
 # ------------------------------------------------------------------------------------------------ bounds
 
 
