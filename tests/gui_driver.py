@@ -30,6 +30,7 @@ N_FRAMES = 12           # a short loop: a quick solve
 PHASE_SHOTS = {"gather": "panel_reading", "": "panel_starting", "fast_projection": "panel_initial_guess",
                "gauss_newton": "panel_optimizing", "write": "panel_writing"}
 TIMEOUT = 240.0
+CLICK_WAIT = 20.0       # the longest wait for the panel to redraw, and then for a click on Make Loop to start the run
 
 result = dict(samples=[], errors=[], screenshots={})
 state = dict(panel_draws=0, viewport_draws=0, started=time.monotonic(), draw_times=[])
@@ -108,13 +109,23 @@ def text_fits(texts):
     return dict(widest=widest, room=region.width - int((2 * 10 + 20 + 12) * scale))
 
 
-def click_make_loop(run):
-    window, _, _ = view3d()
+def click_make_loop(run, redraw_first=False):
+    """Click Make Loop; wait in POLL steps until the run has started. ``redraw_first``: move the pointer
+    off the button and let the panel redraw before the click, as an artist clicks what is shown: a button
+    under a resting pointer keeps the state it was drawn with (after Restore Simulation, Make Loop stayed
+    greyed as while the object looped, and CI's click on it was lost)."""
+    window, area, _ = view3d()
+    if redraw_first:
+        window.event_simulate(type="MOUSEMOVE", value="NOTHING", x=area.x + area.width // 3,
+                              y=area.y + area.height // 2)
+        drawn, deadline = state["panel_draws"], time.monotonic() + CLICK_WAIT
+        area.tag_redraw()
+        while state["panel_draws"] == drawn and time.monotonic() < deadline:
+            yield POLL
     simulate_click(window, *make_loop_button())
-    for _ in range(40):
+    deadline = time.monotonic() + CLICK_WAIT
+    while not run.running and time.monotonic() < deadline:
         yield POLL
-        if run.running:
-            break
 
 
 def loop_keys(obj):
@@ -244,12 +255,8 @@ def steps():
     # screenshot in each phase (optimizing: once the time left is known, with the status bar); a second
     # Make Loop meanwhile is refused.
     settings.init = "fast_projection"
-    simulate_click(window, *make_loop_button())
-    result["run2_started"] = True
-    for _ in range(int(2 / POLL)):
-        if run.running:
-            break
-        yield POLL
+    yield from click_make_loop(run)
+    result["run2_started"] = run.running
     deadline = time.monotonic() + TIMEOUT
     ticks, draws_from, probe = [], len(state["draw_times"]), GilProbe()
     pending = None          # (screenshot name, panel draws when its phase was seen)
@@ -324,7 +331,8 @@ def steps():
         assert bpy.ops.cyclic_loop.restore() == {"FINISHED"}
     result["range_after_restore"] = [scene.frame_start, scene.frame_end]
     settings.init, settings.max_iters = "cache", 50
-    yield from click_make_loop(run)
+    yield from click_make_loop(run, redraw_first=True)
+    result["run3_started"] = run.running
     deadline = time.monotonic() + TIMEOUT
     while run.running and time.monotonic() < deadline:
         yield

@@ -126,6 +126,7 @@ def test_progress_names_phases_moves_smoothly_and_says_time_left(gui_run):
 
 
 def test_verdict_lines_fit_the_default_sidebar(gui_run):
+    assert gui_run["run3_started"]
     capped, converged = gui_run["run2_verdict"], gui_run["run3_verdict"]
     for verdict in (capped, converged):
         assert verdict[0]["headline"].startswith("Seamless: ") and verdict[1]["headline"].startswith("Physics: ")
