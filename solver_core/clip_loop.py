@@ -6,9 +6,8 @@ from .baselines import crossfade_loop
 from .forward import SimulationFailed, simulate
 from .gauss_newton import choose_backend
 from .linsolve import make_backend
-from .loop import (INITS, MAX_ITERS, PHYSICS_TOL, SEAMLESS_RATIO, TOL, make_loop, on_solver_grid,
-                   shifted_callback)
-from .metrics import wrap_ratio
+from .loop import INITS, MAX_ITERS, PHYSICS_TOL, TOL, make_loop, on_solver_grid, shifted_callback
+from .metrics import unseen, wrap_ratio
 from .residual import loss
 from .result import halts
 
@@ -55,15 +54,9 @@ def runs(init):
     return 2 if init == "cache_or_forward" else 1
 
 
-def result_seamless(result):
-    """True when the wrap of the loop ``result`` (a LoopResult) cannot be seen (within SEAMLESS_RATIO):
-    ``metrics.seamless`` read off the metrics it already holds."""
-    return wrap_ratio(result.metrics["loop"]) <= SEAMLESS_RATIO
-
-
 def better(a, b):
     """The better of two loops: the seamless one, else (both or neither) the one of lower loss."""
-    key = [(not result_seamless(r), r.final_loss) for r in (a, b)]
+    key = [(not unseen(r.metrics["loop"]), r.final_loss) for r in (a, b)]
     return a if key[0] <= key[1] else b
 
 
@@ -91,7 +84,7 @@ def _make_loop(prob, clip, init, **options):
                           f"{START_NAMES[trail]}'s), which converged within the physics tolerance")
         return first
     ahead = [h["loss"] for h in first.history]
-    race = result_seamless(first)
+    race = unseen(first.metrics["loop"])
     user = shifted_callback(callback, first.gauss_newton_iterations)
     dropped = {}
 

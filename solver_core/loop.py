@@ -8,7 +8,7 @@ from .fast_projection import FastProjectionDiverged, fast_projection
 from .forward import SimulationFailed, simulate
 from .gauss_newton import GaussNewton, choose_backend
 from .linsolve import make_backend
-from .metrics import SEAMLESS_RATIO, loop_metrics, seam_statistics, seamless, wrap_ratio
+from .metrics import SEAMLESS_RATIO, loop_metrics, seam_statistics, seamless, unseen
 from .residual import loss
 from .result import CANCELLED, CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, Result
 from .reversible import reversible, two_sided_guess
@@ -304,7 +304,7 @@ def _verdict(prob, res, history, max_iters):
             f"{before['velocity_jump_ratio']:.3g}x, {before['position_jump_ratio']:.3g}x)")
     control = (f"; the loop needs control forces {after['residual_rel_mean']:.2g} times the physical forces"
                if after["residual_rel_mean"] > 0.1 else "")
-    unseen = wrap_ratio(after) <= SEAMLESS_RATIO
+    seam_unseen = unseen(after)
     if res.initial_conditions.startswith("soft"):
         wrap += (f"; {res.initial_conditions}: the first frame moved {1e3 * res.first_frame_shift:.3g} mm RMS "
                  "from the clip's")
@@ -316,8 +316,8 @@ def _verdict(prob, res, history, max_iters):
         res.message = (f"converged: seamless and physical within the tolerance, residual force "
                        f"{after['residual_rel_mean']:.2g} of the forces at play; {wrap}")
     elif res.stop_reason in ("tol", "step_tol"):
-        res.status = CONVERGED if unseen else CONVERGED_WITH_SEAM
-        if unseen:
+        res.status = CONVERGED if seam_unseen else CONVERGED_WITH_SEAM
+        if seam_unseen:
             res.message = f"converged: seamless, {wrap}"
         elif pins_jump(prob, res.q_steps):
             res.message = (f"converged, but the wrap can still be seen: {wrap}{control}; the pinned vertices' "

@@ -65,6 +65,11 @@ def wrap_ratio(metrics):
     return max(metrics["velocity_jump_ratio"], metrics["position_jump_ratio"])
 
 
+def unseen(metrics):
+    """True when the wrap of a ``loop_metrics`` cannot be seen: its jump ratios at most SEAMLESS_RATIO."""
+    return wrap_ratio(metrics) <= SEAMLESS_RATIO
+
+
 def seamless(prob, q):
     """True when the loop q (solver grid) cannot be seen to wrap: its jump ratios at most SEAMLESS_RATIO."""
     return max(jump_ratios(prob.frames_of(q), prob.dt)) <= SEAMLESS_RATIO

@@ -2,8 +2,8 @@
 finish. Each verdict is a headline and a detail line, each at most LINE_CHARS characters (the width of
 Blender's sidebar at its default size).
 """
-from .loop import CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, SEAMLESS_RATIO
-from .metrics import wrap_ratio
+from .loop import CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS
+from .metrics import unseen, wrap_ratio
 
 LINE_CHARS = 26
 FELL_BACK = {"cache": "Fell back to the cache", "crossfade": "Fell back to a crossfade",
@@ -26,7 +26,7 @@ def verdict(report):
     src, loop = report["source"], report["loop"]
     out = []
     r, c = wrap_ratio(loop), wrap_ratio(src)
-    if r <= SEAMLESS_RATIO:
+    if unseen(loop):
         better = c / max(r, 1e-12)
         out.append(dict(kind="good", headline="Seamless: yes",
                         detail=f"{_times(better)} smoother than cache" if better >= 1.5
