@@ -79,17 +79,24 @@ ACCEL_H_SWITCHING = 1e-3
 # the damped system can). A first step rejected on a solved direction is Levenberg–Marquardt finding its
 # damping, which a tighter solve does not change: square16 from its cache's crossfade (20 iterations, CPU)
 # took 197 s to loss 2.098 when any rejected first step tightened it, 120 s to 1.877 with this rule.
-# "auto" uses the structured solve from this many free unknowns on. Whole make_loop runs at the paper's size
-# (session 14, both solves side by side or on the same machine, the same loops): the doughnut (36,192 free
-# unknowns) 2,247 s and 8 + 160 iterations structured against 510 s and 8 + 80 with CHOLMOD, the twisting
-# bar (32,928) 280 s and 9 + 72 against 197 s and 9 + 47: exact directions need fewer iterations, and at
-# this size a factorization costs less than the tightened PCG solves of the tail; the flag at scale 0.75
-# (26,937), side by side after the same fast projection: at ~540 s of CPU CHOLMOD had run 208 iterations to
-# loss 2.07, the structured solve 21 to 5.52. (At 15,000, set from the
-# time per step alone, before the direct solve's OpenBLAS and AMD ordering: 4 steps from the forward
-# simulation of a cloth, 18k unknowns 10.0 s CHOLMOD vs 2.5 s structured, 23k 17.1 vs 9.7 s, 51k 173 vs 15 s.)
-AUTO_STRUCTURED_MIN_UNKNOWNS = 40_000
-# ... and from this many for problems with velocity terms (Blender cloth): on the README's flag (17,766
+# "auto" uses the direct solve while CHOLMOD's factor is estimated to hold at most this many nonzeros (~2 GB with
+# its workspace), else the structured solve. The factor of the loop's Gauss–Newton matrix (banded in time, closed
+# at the wrap; AMD ordering) holds about FACTOR_FILL x (unknowns) x (unknowns of one step) nonzeros: from the
+# measured peaks of the flag post (176 vertices x 100 frames), the doughnut (294 x 60), the swinging cloth (121 x
+# 200: 1.17 GB) and the wobbly bar (128 x 250: 1.62 GB), 1.5-2.2 (FACTOR_FILL takes the largest). Whole make_loop
+# runs at the paper's size (sessions 14 and 15, both solves side by side or on the same machine), every one faster
+# with the direct solve: the doughnut (36,192 free unknowns) 2,247 s and 8 + 160 iterations structured against 510
+# s and 8 + 80 with CHOLMOD; the twisting bar (32,928) 280 s and 9 + 72 against 197 s and 9 + 47; the flag at
+# scale 0.75 (26,937) at ~540 s of CPU, 21 iterations to loss 5.52 against 208 to 2.07; after the same fast
+# projection, a Gauss–Newton iteration of the swinging cloth (72,600) ~70 s of CPU against ~3.5 (loss 7,439 after
+# 410 s of CPU against 0.59), of the flag (52,200) 12-48 s against 3.5-4, of the wobbly bar (96,000) ~5-6.5 s
+# against ~3.7 (loss 3.30 after 448 s of CPU against 3.13 after 416 s); the ribbons (68,796) from the crossfade:
+# 25 iterations in 75 s of CPU to loss 1.26e4 (from 2.0e9) with CHOLMOD, no decrease in 16 iterations (141 s)
+# structured. (Before: the structured solve from 40,000 free unknowns; at 15,000, set from the time per step
+# alone, before the direct solve's OpenBLAS and AMD ordering.)
+FACTOR_FILL = 2.2
+AUTO_DIRECT_MAX_FACTOR_NONZEROS = 130e6
+# Problems with velocity terms (Blender cloth) take it from this many unknowns: on the README's flag (17,766
 # unknowns, crossfade start) CHOLMOD reached loss 2.9e4 in 3 steps, the structured solve stalled at 6.3e4
 # after 12 (its 60-iteration PCG cap was reached at every step); at 108k unknowns CHOLMOD needs ~10 GB. At
 # 60k CHOLMOD's estimated peak (solver_core.memory) is ~1.6 GB. Re-measured with the frame blocks (soft first
@@ -104,11 +111,26 @@ STATUS = dict(tol=CONVERGED, step_tol=CONVERGED, physics_tol=CONVERGED, max_iter
               no_progress=NO_PROGRESS, cancelled=CANCELLED)
 
 
+def factor_nonzeros(n_unknowns, n_steps):
+    """CHOLMOD's estimated factor nonzeros for a loop of ``n_unknowns`` over ``n_steps`` solver steps."""
+    return FACTOR_FILL * n_unknowns * (n_unknowns / max(n_steps, 1))
+
+
+def auto_structured(n_unknowns, n_steps, velocity_terms=False):
+    """Whether "auto" takes the structured solve for a loop of this size: where the direct solve's factor
+    is estimated above AUTO_DIRECT_MAX_FACTOR_NONZEROS (with velocity terms, Blender cloth: from
+    AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY unknowns)."""
+    if velocity_terms:
+        return n_unknowns >= AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY
+    return factor_nonzeros(n_unknowns, n_steps) > AUTO_DIRECT_MAX_FACTOR_NONZEROS
+
+
 def choose_backend(prob, name="auto"):
     """The one place that picks a backend: what "auto" means for ``prob``: "structured" where it applies
-    and the problem is large, else the direct solve ("auto" of ``make_backend``). Other names pass through."""
-    least = AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY if prob.model.velocity_terms else AUTO_STRUCTURED_MIN_UNKNOWNS
-    if name == "auto" and supports(prob) is None and int(prob.free_mask().sum()) >= least:
+    and the direct solve's factor would be large (``auto_structured``), else the direct solve ("auto" of
+    ``make_backend``). Other names pass through."""
+    if name == "auto" and supports(prob) is None and auto_structured(
+            int(prob.free_mask().sum()), prob.n_steps, prob.model.velocity_terms):
         return "structured"
     return name
 

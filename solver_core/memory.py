@@ -5,11 +5,12 @@ solve is linear in the unknowns: 0.36 GB at 51k unknowns (the flag post) and 16.
 vertices x 1,000 frames), both with the sparse values of one time offset (backward Euler); each further
 offset the operator stores (``sparse_offsets``: the linearized scheme's Jacobian derivative, the velocity
 terms, the explicit terms' offset -1) adds its values, their CSR indices and the sweep's copy. The direct
-solve (CHOLMOD) fills in like a 3-D problem: about 1,365 factor nonzeros per unknown at 52k unknowns
-(59-71 M measured), growing as the cube root of the unknowns; the flag post, swinging cloth and doughnut
-peaked at 1.04-1.39 GB.
+solve (CHOLMOD) holds its factor, ``gauss_newton.factor_nonzeros``: the loop's matrix is banded in time, so
+the fill is the unknowns times those of one step (times ``gauss_newton.FACTOR_FILL``); the flag post and
+the doughnut at 52k unknowns peaked at 1.04 and 1.39 GB, the swinging cloth (72.6k) at 1.17 GB, the
+wobbly bar (96k) at 1.62 GB.
 """
-from .gauss_newton import AUTO_STRUCTURED_MIN_UNKNOWNS, AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY
+from .gauss_newton import auto_structured, factor_nonzeros
 from .scheme import offsets
 
 BASE_BYTES = 250e6                 # Python, numpy, SciPy, the problem and a few trajectories
@@ -22,8 +23,6 @@ OFFSET_BYTES_PER_UNKNOWN = 1.1e3
 # vertices x 100 frames, 326,100 unknowns, Blender cloth defaults): 6.81 GB peak measured against 1.52 GB
 # estimated without the blocks. Their fill grows with the log of a frame's vertices, which this leaves out.
 FRAME_BLOCK_BYTES_PER_UNKNOWN = 16.2e3
-FACTOR_NONZEROS_PER_UNKNOWN = 1365.0  # at FACTOR_REFERENCE_UNKNOWNS
-FACTOR_REFERENCE_UNKNOWNS = 52_000
 BYTES_PER_FACTOR_NONZERO = 16.0    # value and row index, plus CHOLMOD's workspace while factoring
 
 
@@ -41,27 +40,19 @@ def sparse_offsets(scheme, velocity_terms=False, explicit_terms=False):
     return len(used)
 
 
-def uses_structured(n_unknowns, scheme, velocity_terms=False):
-    """Whether ``make_loop``'s "auto" backend starts with the structured solve on such a problem (of any
-    ``scheme``; problems with velocity terms from a larger size)."""
-    least = AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY if velocity_terms else AUTO_STRUCTURED_MIN_UNKNOWNS
-    return n_unknowns >= least
-
-
 def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False, explicit_terms=False, soft_frames=False):
     """Estimated peak resident bytes of ``make_loop`` on ``n_vertices`` x ``n_steps`` (frames x substeps).
 
     ``scheme``: the problem's residual scheme; ``velocity_terms``: the model has velocity-dependent forces
-    (Blender cloth), which keep the solve on CHOLMOD below ``AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY``;
+    (Blender cloth), which keep the solve on CHOLMOD below ``gauss_newton.AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY``;
     ``explicit_terms``: the linearized scheme takes some terms explicitly (Blender cloth on its sub-steps);
     ``soft_frames``: the first frames are soft, so the structured solve factors frame blocks
     (``structured_solve.choose_preconditioner``)."""
     if n_vertices < 1 or n_steps < 1:
         raise ValueError(f"need at least one vertex and one step, got {n_vertices} vertices, {n_steps} steps")
     unknowns = 3 * n_vertices * n_steps
-    if uses_structured(unknowns, scheme, velocity_terms):
+    if auto_structured(unknowns, n_steps, velocity_terms):
         extra = sparse_offsets(scheme, velocity_terms, explicit_terms) - 1
         blocks = FRAME_BLOCK_BYTES_PER_UNKNOWN if soft_frames else 0.0
         return BASE_BYTES + (STRUCTURED_BYTES_PER_UNKNOWN + extra * OFFSET_BYTES_PER_UNKNOWN + blocks) * unknowns
-    fill = FACTOR_NONZEROS_PER_UNKNOWN * (unknowns / FACTOR_REFERENCE_UNKNOWNS) ** (1 / 3)
-    return BASE_BYTES + BYTES_PER_FACTOR_NONZERO * fill * unknowns
+    return BASE_BYTES + BYTES_PER_FACTOR_NONZERO * factor_nonzeros(unknowns, n_steps)

@@ -85,20 +85,24 @@ def test_exact_inner_solves_take_the_cholmod_steps():
     assert np.allclose(runs[1], runs[0], rtol=1e-6)
 
 
-def test_auto_picks_structured_for_large_problems_only():
+def test_auto_picks_structured_where_the_direct_factor_is_large_only():
     small, _ = small_cloth()
     assert GaussNewton(small).backend.name == "cholmod"
     rest, tris = cloth_grid(10, 10, 0.1)
     cloth = sc.Cloth(rest, tris, youngs_modulus=1e4)
-    large = sc.LoopProblem(cloth.add(Gravity(cloth.mass)), 150, 0.01, rest, rest, scheme="backward",
-                           pins=np.array([0, 9]))
-    assert large.free_mask().sum() >= gauss_newton.AUTO_STRUCTURED_MIN_UNKNOWNS
-    middle = sc.LoopProblem(large.model, 60, 0.01, rest, rest, scheme="backward", pins=large.pins)
-    assert 15_000 <= middle.free_mask().sum() < gauss_newton.AUTO_STRUCTURED_MIN_UNKNOWNS
-    assert gauss_newton.choose_backend(middle) == "auto"      # the direct solve (the doughnut's size at scale 1)
+    model = cloth.add(Gravity(cloth.mass))
+    # 100 vertices over 300 frames: 89,400 free unknowns, the direct factor ~59 M nonzeros (the swinging cloth's)
+    long = sc.LoopProblem(model, 300, 0.01, rest, rest, scheme="backward", pins=np.array([0, 9]))
+    assert long.free_mask().sum() > 40_000 and gauss_newton.choose_backend(long) == "auto"   # the direct solve
+    rest, tris = cloth_grid(40, 40, 0.025)
+    cloth = sc.Cloth(rest, tris, youngs_modulus=1e4)
+    # 1,600 vertices over 20 frames: 95,520 free unknowns, ~1e9 nonzeros in a direct factor
+    large = sc.LoopProblem(cloth.add(Gravity(cloth.mass)), 20, 0.01, rest, rest, scheme="backward",
+                           pins=np.array([0, 39]))
+    assert gauss_newton.factor_nonzeros(large.free_mask().sum(), 20) > gauss_newton.AUTO_DIRECT_MAX_FACTOR_NONZEROS
     assert gauss_newton.choose_backend(large) == "structured"
     assert gauss_newton.choose_backend(large, "cholmod") == "cholmod"
-    linearized = sc.LoopProblem(large.model, 150, 0.01, rest, rest, scheme="linearized", pins=large.pins)
+    linearized = sc.LoopProblem(large.model, 20, 0.01, rest, rest, scheme="linearized", pins=large.pins)
     assert gauss_newton.choose_backend(linearized) == "structured"
 
 
@@ -111,7 +115,7 @@ class Overshooting(StructuredBackend):
 
 def test_failing_inexact_directions_tighten_then_auto_switches_to_direct(monkeypatch):
     prob, q = small_cloth(n_frames=12, floor=True)
-    monkeypatch.setattr(gauss_newton, "AUTO_STRUCTURED_MIN_UNKNOWNS", 0)
+    monkeypatch.setattr(gauss_newton, "AUTO_DIRECT_MAX_FACTOR_NONZEROS", 0)
     monkeypatch.setitem(linsolve.BACKENDS, "structured", lambda: Overshooting(max_tighten=1))
     gn = GaussNewton(prob)
     assert gn.backend.name == "structured"
