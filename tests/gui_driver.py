@@ -113,7 +113,7 @@ def click_make_loop(run, redraw_first=False):
     """Click Make Loop; wait in POLL steps until the run has started. ``redraw_first``: move the pointer
     off the button and let the panel redraw before the click, as an artist clicks what is shown: a button
     under a resting pointer keeps the state it was drawn with (after Restore Simulation, Make Loop stayed
-    greyed as while the object looped, and CI's click on it was lost)."""
+    greyed as while the object looped in CI's screenshot, and the click there did not start the run)."""
     window, area, _ = view3d()
     if redraw_first:
         window.event_simulate(type="MOUSEMOVE", value="NOTHING", x=area.x + area.width // 3,

@@ -92,7 +92,7 @@ def test_progress_moves_at_most_a_tenth_between_two_looks_until_writing():
 def test_one_refresh_is_one_look_whatever_it_reads():
     """The panel's refresh reads the bar and the headline's percentage: one look, one move of at most
     MAX_MOVE, the same percentage in both (CI saw 6% -> 25% in one refresh when the headline looked too:
-    fast projection stopped at iteration 11 of a 6-iteration budget, two Gauss-Newton iterations came in)."""
+    fast projection stopped after 11 iterations, then two of a 6-iteration budget came in before a refresh)."""
     clock = Clock()
     p = Progress(max_iters=6, init="fast_projection", clock=clock)
     p.update("")
