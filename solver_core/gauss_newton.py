@@ -96,13 +96,14 @@ ACCEL_H_SWITCHING = 1e-3
 # alone, before the direct solve's OpenBLAS and AMD ordering.)
 FACTOR_FILL = 2.2
 AUTO_DIRECT_MAX_FACTOR_NONZEROS = 130e6
-# Problems with velocity terms (Blender cloth) take the structured solve from this many unknowns: on the README's flag (17,766
-# unknowns, crossfade start) CHOLMOD reached loss 2.9e4 in 3 steps, the structured solve stalled at 6.3e4 after 12
-# (its 60-iteration PCG cap was reached at every step); at 108k unknowns CHOLMOD needs ~10 GB. At 60k CHOLMOD's
-# estimated peak (solver_core.memory) is ~1.2 GB for a 150-vertex cloth. Re-measured with the frame blocks (soft
-# first frames) on bench_blender_cloth's 150-vertex flag as bake.py gathers it (20,160 unknowns, from the cache's
-# crossfade, CPU seconds): both at loss ~1,000 after 12 steps in 59-64 s, then CHOLMOD converged (328.40 after 24
-# steps, 119 s) while the structured solve's next step alone took 100 s, raising the damping to 7,900.
+# Problems with velocity terms (Blender cloth) take the structured solve from this many unknowns: on the README's
+# flag (17,766 unknowns, crossfade start) CHOLMOD reached loss 2.9e4 in 3 steps, the structured solve stalled at
+# 6.3e4 after 12 (its 60-iteration PCG cap was reached at every step); at 108k unknowns CHOLMOD needs ~10 GB. At
+# 60k CHOLMOD's estimated peak (solver_core.memory) is ~1.2 GB for a 150-vertex cloth. Re-measured with the frame
+# blocks (soft first frames) on bench_blender_cloth's 150-vertex flag as bake.py gathers it (20,160 unknowns, from
+# the cache's crossfade, CPU seconds): both at loss ~1,000 after 12 steps in 59-64 s, then CHOLMOD converged
+# (328.40 after 24 steps, 119 s) while the structured solve's next step alone took 100 s, raising the damping to
+# 7,900.
 AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY = 60_000
 
 
