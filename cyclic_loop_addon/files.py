@@ -65,6 +65,13 @@ def check_writable(path, what="output", folder_output=False):
     return path
 
 
+def _not_written(what, path, cause, tail="", advise=True, cls=LoopWriteError):
+    """The error saying the ``what`` at ``path`` was not written because of ``cause`` (``tail`` after
+    "Nothing was written there"; ``advise``: say to free space or choose another folder)."""
+    advice = "; free some space or choose another folder and run again" if advise else ""
+    return cls(f"could not write the {what} {path}: {cause}. Nothing was written there{tail}{advice}")
+
+
 def _disk_full(path):
     """True when the folder of ``path`` has less than CHUNK bytes free."""
     return shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < CHUNK
@@ -76,9 +83,8 @@ def writer_failure(path, what, exc):
     message on one line."""
     text = " ".join(str(exc).split())
     if _disk_full(path) or "No space left on device" in text:
-        return LoopWriteError(f"could not write the {what} {path}: the disk is full. Nothing was written "
-                              "there; free some space or choose another folder and run again")
-    return LoopWriteError(f"could not write the {what} {path}: {text}. Nothing was written there")
+        return _not_written(what, path, "the disk is full")
+    return _not_written(what, path, text, advise=False)
 
 
 def write_failure(path, what, exc, kept):
@@ -87,8 +93,7 @@ def write_failure(path, what, exc, kept):
     cause = _CAUSES.get(exc.errno, exc.strerror or str(exc))
     tail = "; the previous file there is unchanged" if kept else ""
     cls = LoopInputError if exc.errno in _INPUT_ERRNOS else LoopWriteError
-    return cls(f"could not write the {what} {path}: {cause}. Nothing was written there{tail}; free some "
-               "space or choose another folder and run again")
+    return _not_written(what, path, cause, tail, cls=cls)
 
 
 def _fsync(path, folder=False):
@@ -155,16 +160,14 @@ _pending = []     # a stack: the (tmp, path) renames waiting for the end of each
 def _finish(tmp, path, what, verify):
     """Flush ``tmp`` to disk, check it, and rename it onto ``path`` (now, or at the end of all_or_nothing)."""
     if not os.path.isfile(tmp) or os.path.getsize(tmp) == 0:
-        raise LoopWriteError(f"could not write the {what} {path}: the writer produced no data. Nothing was "
-                             "written there")
+        raise _not_written(what, path, "the writer produced no data", advise=False)
     _fsync(tmp)
     for check in filter(None, (VERIFIERS.get(os.path.splitext(path)[1].lower()), verify)):
         try:
             check(tmp)
         except (ValueError, OSError) as exc:
             cause = "the disk is full" if _disk_full(path) else f"the written file is incomplete ({exc})"
-            raise LoopWriteError(f"could not write the {what} {path}: {cause}. Nothing was written there; "
-                                 "free some space or choose another folder and run again") from exc
+            raise _not_written(what, path, cause) from exc
     if _pending:
         _pending[-1].append((tmp, path))
         return
