@@ -239,6 +239,21 @@ def test_a_settled_crawl_that_the_model_says_can_go_on_does_not_stop(monkeypatch
     assert res.final_loss < 1100
 
 
+def test_a_step_rejected_at_a_small_damping_raises_it_from_there():
+    # 5 bodies seed 3 (100 frames) from its closed forward clip: twice a step was rejected at a damping of ~1e-7
+    # and the next trial jumped to 1e-4 (39 iterations to loss 7,222); raised from there, 32 to loss 4,234
+    prob = nbody_problem(5, n_frames=100, seed=3, perturbation=0.02)
+    gn = GaussNewton(prob, backend="cholmod")
+    tried, direction = [], gn.backend.direction
+    gn.backend.direction = lambda g, damping=0.0: tried.append(damping) or direction(g, damping)
+    res = gn.run(loop.closed_forward(prob), max_iters=60, tol=1e-6)
+    assert res.stop_reason == "tol"
+    raises = [b / a for a, b in zip(tried, tried[1:]) if 0 < a < b]
+    assert raises and max(raises) > 2       # rejected trials at positive damping happened ...
+    for ratio in raises:                     # ... and each raise is Nielsen's growing factor (2, 4, 8, ...)
+        assert ratio <= 2 + 1e-9 or np.log2(ratio) == pytest.approx(round(np.log2(ratio)), abs=1e-9)
+
+
 @pytest.mark.parametrize("backend", ["cholmod", "scipy", "structured"])
 def test_geodesic_acceleration_cancels_the_second_order_residual_along_the_step(backend):
     # J^T B (J a + r_vv) = 0 for the undamped acceleration: along q + t v + t^2 a / 2 the residual's part

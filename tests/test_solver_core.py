@@ -242,7 +242,7 @@ def test_cache_or_forward_drops_the_start_that_falls_behind(monkeypatch):
     (raced, seen), (full, seen_full) = runs
     assert raced.init_used == full.init_used == "forward" and raced.final_loss == full.final_loss
     assert seen == list(range(1, raced.gauss_newton_iterations + sc.clip_loop.RACE_FROM + 1))
-    assert len(seen_full) > len(seen) + 100                         # the cache's run to its end
+    assert len(seen_full) > len(seen) + 50   # the cache's run to its end (66 iterations; 130 before: see gauss_newton)
     assert f"the cache's dropped after {sc.clip_loop.RACE_FROM} iterations" in raced.message
     assert "dropped" not in full.message and "the cache's loss" in full.message
 
