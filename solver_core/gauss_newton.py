@@ -15,7 +15,7 @@ _MAX_DAMPING_RAISES = 12  # trust-region shrinks (damping raises) per iteration 
 # steps then converge quadratically on loops that can be exactly physical). Measured against starting undamped:
 # a contact cloth (12 frames) converged in 149 vs 285 iterations, the flag (scale 0.25) reached 12.9 vs 13.4 in
 # 60 iterations, 3-body loops from fast projection took 10-11 vs 4 iterations.
-_DAMPING0, _DAMPING_MIN, _DAMPING_OFF = 1e-3, 1e-4, 1e-6
+_DAMPING0, _DAMPING_RESTART, _DAMPING_OFF = 1e-3, 1e-4, 1e-6
 # A run of the structured solve given no damping starts at _DAMPING_START times the median of diag(J^T B J) /
 # D, at least _DAMPING0 (``starting_damping``): D is a free particle's diagonal, so stiff materials start
 # damped in proportion (medians: N bodies 1, the paper's scenes at scale 0.25 80-1,200, the 150-vertex Blender
@@ -31,16 +31,16 @@ _DAMPING0, _DAMPING_MIN, _DAMPING_OFF = 1e-3, 1e-4, 1e-6
 # 70-vertex flag the scaled start (0.30) led to another loop, of lower loss (1.52 against 3.97) but with its
 # wrap seen (velocity jump 2.11x the median against 1.19x).
 _DAMPING_START = 1e-6
-# An undamped step that is rejected restarts the damping from the value it was switched off at, not from
-# _DAMPING_MIN: on N bodies (4 and 5 bodies, seeds 1-10) the undamped step failed every fifth iteration
-# and the restart at 1e-4 (80x the damping that had just worked) cost four iterations of tiny steps each
-# time: Gauss–Newton iterations 2,582 -> 1,836, seamless loops 4 -> 5, no final loss higher. A step rejected
-# at a damping above zero raises it by the growing factor (x2, x4, ...) from there, without a floor at
-# _DAMPING_MIN (before: any rejection below 1e-4 jumped there). The wobbly bar at scale 1 crawled in 4-iteration
-# cycles: lambda fell 1e-4 -> 1.2e-6 by thirds with rho ~1, the undamped step was rejected, and the restart's next
-# rejection lifted it to 1e-4 again, where steps were 30x shorter; its Gauss–Newton took 125 -> 72 iterations
-# (738 -> 567 s of CPU) to the same loop; 5 bodies seed 3 (100 frames, from the closed forward clip) 39 -> 32
-# iterations, loss 7,222 -> 4,234; the doughnut at scale 1 80 -> 86 (loss 529.0 -> 526.3).
+# An undamped step that is rejected restarts the damping from the value it was switched off at, not from 1e-4
+# (_DAMPING_RESTART): on N bodies (4 and 5 bodies, seeds 1-10) the undamped step failed every fifth iteration and
+# the restart at 1e-4 (80x the damping that had just worked) cost four iterations of tiny steps each time:
+# Gauss–Newton iterations 2,582 -> 1,836, seamless loops 4 -> 5, no final loss higher. A step rejected at a damping
+# above zero raises it by the growing factor (x2, x4, ...) from there, without a floor (before: any rejection below
+# 1e-4 jumped to 1e-4). The wobbly bar at scale 1 crawled in 4-iteration cycles: lambda fell 1e-4 -> 1.2e-6 by
+# thirds with rho ~1, the undamped step was rejected, and the restart's next rejection lifted it to 1e-4 again,
+# where steps were 30x shorter; its Gauss–Newton took 125 -> 72 iterations (738 -> 567 s of CPU) to the same loop; 5
+# bodies seed 3 (100 frames, from the closed forward clip) 39 -> 32 iterations, loss 7,222 -> 4,234; the doughnut at
+# scale 1 80 -> 86 (loss 529.0 -> 526.3).
 _ACCEPT = 1e-4            # a step is taken when the loss falls by this fraction of the model's prediction
 # A run whose loss falls linearly (a steady crawl: each iteration a fixed fraction of the one before) has
 # converged when the rest of that geometric series, estimated from the decreases over the last windows of
@@ -328,7 +328,7 @@ class GaussNewton:
         t0 = time.perf_counter()
         lam, grow = damping, 2.0
         schedule = _AccelerationSchedule()
-        restart = _DAMPING_MIN   # the damping after a rejected undamped step (none switched off yet)
+        restart = _DAMPING_RESTART   # the damping after a rejected undamped step (none switched off yet)
         since = 0                # the history entry from which ``remaining`` looks (after the last tightening)
         settled = False          # the last iteration settled: the undamped model decides at this linearization
         if physics_tol and within_tolerance(prob, q, physics_tol, u):
