@@ -15,6 +15,7 @@ block-sparse in space and banded periodic in time. H is never formed:
   the time-varying stiffness, stabilized where the model has a stabilized force Jacobian (Blender
   cloth) and shifted on frames whose forces would still make the sweep blow up, and the velocity
   terms' damping; the low-rank wrap term is left to the Krylov iteration.
+* ``BlockPreconditioner`` (soft first frames) factorizes H's diagonal blocks of every frame with the damping.
 * ``StructuredBackend`` runs preconditioned conjugate gradients on (H + lambda D) d = -g (Levenberg–
   Marquardt damping) to the relative residual of an inexact-Newton forcing sequence (loose while the
   gradient is large, tight near convergence) and until the quadratic model stops improving, capped at ``max_cg`` iterations (a truncated CG step is still a descent direction),
@@ -43,6 +44,12 @@ _SHIFT_SAFETY = 1.2  # margin on the Lanczos (under)estimate of a frame's destab
 # that large would swamp the block; measured on a randomly crumpled cloth: 627 PCG iterations unshifted,
 # no convergence in 5,000 shifted).
 _STABLE_ABOVE = 4.0
+# The frame blocks are refactorized with the Levenberg–Marquardt damping when it changes their diagonal by
+# more than this factor from the damping they hold (``BlockPreconditioner.damp``). Without the damping, PCG's
+# iterations grew with it: the 150-vertex Blender flag (bench_blender_cloth.py, structured) 262 -> 1,359 per
+# solve as lambda rose 1.4e3 -> 2.3e5 (2.7-15 s each); with it 1-2 at lambda 1e7-1e10; a 4 x 4-quad cloth at
+# lambda 1e6, to 1e-6: 4 against 1,210. The factor 4 itself was not tuned.
+DAMPED_REFACTOR = 4.0
 
 
 def supports(prob):
@@ -320,6 +327,9 @@ class SweepPreconditioner:
         self._blocks = {o: [op.frame_part(o, j, sweep=True) for j in range(op.n_steps)]
                         for o in (0, -1) if o in op.sweep_values}
 
+    def damp(self, shift):
+        """The sweep cannot hold the damping (T^T B T + lambda D has no sweep): PCG takes it."""
+
     def _block(self, o, j, x, transpose=False):
         """T's A_o(j) x (or A_o(j)^T x): row j's coefficient of its frame j + o (o = 0, -1) times x."""
         y = self.op.coef[o] * x
@@ -353,6 +363,9 @@ class BlockPreconditioner:
     symbolic analysis kept while the pattern is; SuperLU without scikit-sparse). It keeps all of the spatial
     coupling (the stiffness, dominant on the frame grid: k h^2 / m >> 1) and none between frames.
 
+    The factor holds the Levenberg–Marquardt damping lambda D (``damp``; the blocks of H + lambda D are those of
+    H plus lambda D), refactorized when lambda moves far from the one it holds.
+
     On Blender cloth on the frame grid with soft first frames (the add-on's default) the sweep's T takes
     frames 0 and 1 from their weak penalty rows alone and PCG stalls: on a 16 x 16-quad square over 50 frames
     (43k unknowns, at the crossfade of its cache) 1,000 sweep-preconditioned iterations reached 7% of the
@@ -363,6 +376,19 @@ class BlockPreconditioner:
         self.op = op
         self._factor = None
         self._pattern = None
+        self._blocks = None      # the block-diagonal part of H at the last linearization (CSC)
+        self._diagonal = None    # its diagonal
+        self._shift = np.zeros(op.n_free)   # the damping lambda D the factor holds
+
+    def damp(self, shift):
+        """Precondition H + diag(``shift``) (the Levenberg–Marquardt damping lambda D): refactorize the blocks
+        with ``shift`` where it changes the blocks' diagonal by more than DAMPED_REFACTOR times (either way)
+        from the one factorized; else keep the factor."""
+        held = self._diagonal + self._shift
+        wanted = self._diagonal + shift
+        if np.max(np.maximum(held / wanted, wanted / held)) > DAMPED_REFACTOR:
+            self._shift = np.array(shift, dtype=float)
+            self._factorize()
 
     def matrix(self):
         """The block-diagonal part of H on the free unknowns (CSC, without Levenberg–Marquardt damping)."""
@@ -385,8 +411,15 @@ class BlockPreconditioner:
         return sp.csc_matrix(sp.csr_matrix(H)[free][:, free])
 
     def update(self):
-        """Factorize the diagonal blocks at the operator's current sparse parts."""
-        H = self.matrix()
+        """Factorize the diagonal blocks at the operator's current sparse parts, with the damping last held."""
+        self._blocks = self.matrix()
+        self._diagonal = self._blocks.diagonal()
+        self._factorize()
+
+    def _factorize(self):
+        H = self._blocks
+        if np.any(self._shift):       # the diagonal is stored (inertia), so the pattern stays the analyzed one
+            H = (H + sp.diags(self._shift)).tocsc()
         if cholmod is None:
             self._factor = spla.splu(H, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
                                      options={"SymmetricMode": True}).solve
@@ -539,6 +572,7 @@ class StructuredBackend:
 
         cap = self.max_cg if self._rtol >= self.forcing else 10 * self.max_cg  # converging: solve tighter
         with single_threaded_blas():
+            self.preconditioner.damp(scaled)
             d, iters, converged = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap, eta=self.forcing,
                                       x0=self._last)
         self._last = d
