@@ -157,10 +157,10 @@ def _openblas_thread_controls():
 
 @contextlib.contextmanager
 def single_threaded_blas():
-    """OpenBLAS on one thread inside (its count restored after). CHOLMOD's fronts on the 150-vertex flag
-    (20,160 unknowns) gain no time from a second thread, whose waiting spins: 3 Gauss–Newton iterations (7
-    factorizations, ``recycled_heap``), factorization CPU 16.2 + 4.3 s system -> 13.7 + 1.2 s; per
-    factorization, alternated in one process on a loaded machine, median wall 3.03 -> 2.81 s."""
+    """OpenBLAS on one thread inside (its count restored after): the structured solve's frame blocks, whose small
+    fronts' threaded dgemv spun in sched_yield (square, 32 x 32 quads: 10 CPU minutes without finishing the first
+    direction). The direct solve leaves the BLAS its threads: on the 150-vertex flag's fronts (20,160 unknowns,
+    idle 2-core machine) a factorization took 1.68 s of wall on two threads against 2.51 s on one."""
     controls = _openblas_thread_controls()
     before = [get() for get, _ in controls]
     for _, put in controls:

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from .forward import recycled_heap, single_threaded_blas
+from .forward import recycled_heap
 from .residual import ResidualJacobian, inertia_metric, penalty_terms, residual_steps
 from .structured_solve import StructuredBackend, cholmod, pcg   # cholmod: None without scikit-sparse
 
@@ -124,8 +124,8 @@ class DirectBackend:
         With ``reuse`` and a factorization at hand (of an earlier iteration's matrix or damping), conjugate
         gradients preconditioned by it are tried first: to a relative residual of ``REUSE_RTOL`` within
         ``REUSE_CG_ITERS`` iterations, else the matrix is factorized. ``factorizations`` and ``reused``
-        count both outcomes. Runs on the ``recycled_heap`` with ``single_threaded_blas``."""
-        with recycled_heap(), single_threaded_blas():
+        count both outcomes. Runs on the ``recycled_heap``."""
+        with recycled_heap():
             return self._solve_system(H, g, damping)
 
     def _solve_system(self, H, g, damping):

@@ -377,7 +377,7 @@ def test_cholmod_symbolic_analysis_is_computed_once():
     assert gn.backend.analyses == 1
 
 
-def test_direct_solves_run_blas_on_one_thread_and_restore_it():
+def test_direct_solves_leave_blas_its_threads_and_the_frame_blocks_take_one():
     from solver_core import forward, linsolve
     controls = forward._openblas_thread_controls()
     if not controls:
@@ -388,6 +388,14 @@ def test_direct_solves_run_blas_on_one_thread_and_restore_it():
     backend = linsolve.make_backend("cholmod" if linsolve.cholmod is not None else "scipy")
     backend.factorize = lambda A, shift, f=backend.factorize: (seen.append([get() for get, _ in controls]), f(A, shift))
     backend.bind(prob)
-    d = backend.direction(backend.linearize(sc.simulate(prob), None), 1e-3)
-    assert np.all(np.isfinite(d)) and seen and all(count == 1 for counts in seen for count in counts)
-    assert [get() for get, _ in controls] == before
+    try:
+        for _, put in controls:
+            put(2)
+        d = backend.direction(backend.linearize(sc.simulate(prob), None), 1e-3)
+        assert np.all(np.isfinite(d)) and seen and all(count == 2 for counts in seen for count in counts)
+        with forward.single_threaded_blas():
+            assert all(get() == 1 for get, _ in controls)
+        assert all(get() == 2 for get, _ in controls)
+    finally:
+        for (_, put), count in zip(controls, before):
+            put(count)
