@@ -1,5 +1,6 @@
 """The words and the picture the panel and bake.py show (no Blender needed): progress phases, percentage
 and time left; verdict lines; the seam picture; the note when no separate Python can solve."""
+import math
 import struct
 import zlib
 
@@ -8,7 +9,9 @@ import pytest
 
 import solver_core as sc
 from cyclic_loop_addon.advice import python_note
-from cyclic_loop_addon.progress import MAX_MOVE, SOLVED, Progress, about, duration
+from cyclic_loop_addon.progress import (MAX_MOVE, SHRINK, SOLVED, STOP_DECREASE, TYPICAL_ITERATIONS,
+                                        Progress, about, duration)
+from solver_core.clip_loop import RACE_FROM
 from solver_core.loop import CONVERGED, ITERATION_CAP, RACE_ITERATIONS
 from solver_core.verdict import LINE_CHARS
 
@@ -130,6 +133,49 @@ def test_progress_expects_the_solve_to_stop_where_the_residual_meets_the_physics
     assert runs[0.0].expected == runs[0.0].budget == 100 and runs[0.0].seconds_left == pytest.approx(95 * 60.0)
     line = sc.progress_line(dict(phase="gauss_newton", iteration=5, loss=2.5, residual=0.04))
     assert sc.parse_progress(line) == dict(phase="gauss_newton", iteration=5, loss=2.5, residual=0.04)
+
+
+def test_progress_expects_a_run_to_stop_where_its_loss_settles_and_the_race_to_drop_the_second_run():
+    """With losses the time left counts TYPICAL_ITERATIONS per run until the loss's tail shows (an iteration
+    lowers it by under TAIL), then the tail's own length; "cache_or_forward" adds RACE_FROM iterations for the
+    second run, whose start (the loss rises) the bar recognizes. Not the 2 x 50-iteration budget: the
+    150-vertex flag's bar said "about 8 min left" two minutes before the end."""
+    clock = Clock()
+    p = Progress(max_iters=50, init="cache_or_forward", clock=clock, physics_tol=0.01)
+    loss = 1e6
+    for it in range(1, 6):               # halving: the run's tail has not begun
+        clock.t += 10.0
+        loss /= 2
+        p.update("gauss_newton", it, 0.5, loss)
+    assert p.expected == TYPICAL_ITERATIONS + RACE_FROM and p.seconds_left == pytest.approx(10.0 * (p.expected - 5))
+    clock.t += 10.0
+    p.update("gauss_newton", 6, 0.5, loss * (1 - 0.01))   # 1% less: the tail, 1e-2 -> STOP_DECREASE at SHRINK
+    left = math.ceil(math.log(STOP_DECREASE / (0.01 / 0.99)) / math.log(SHRINK))
+    assert left == 2 and p.expected == 6 + left + RACE_FROM
+    clock.t += 10.0
+    p.update("gauss_newton", 7, 0.5, 1e6)               # the loss rose: the second run began after iteration 6
+    assert p.expected == 6 + RACE_FROM and p.time_text().endswith("under a minute left")
+    assert p.budget == 100
+
+
+def test_a_residual_within_the_tolerance_of_a_run_that_goes_on_no_longer_sets_the_time_left():
+    """The solver stops at the physics tolerance only when the wrap cannot be seen: a run whose residual
+    stays within it for RATE_WINDOW iterations goes on, and its loss decides (square16's bar stood at 89% for
+    two thirds of the run); the residual's rate is its slowest over the window (it levels off)."""
+    clock = Clock()
+    p = Progress(max_iters=50, init="cache", clock=clock, physics_tol=0.01)
+    for it, (residual, loss) in enumerate([(0.04, 100.0), (0.03, 50.0), (0.02, 40.0), (0.01, 30.0)], start=1):
+        clock.t += 10.0
+        p.update("gauss_newton", it, residual, loss)
+    assert p.expected == 5                                # within it now: at most one more
+    for it, residual in enumerate([0.008, 0.007, 0.006, 0.005], start=5):
+        clock.t += 10.0
+        p.update("gauss_newton", it, residual, 30.0 * 0.5 ** (it - 4))
+    assert p.expected == TYPICAL_ITERATIONS
+    q = Progress(max_iters=50, init="cache", clock=clock, physics_tol=0.01)
+    for it, residual in enumerate([0.16, 0.04, 0.032, 0.0256], start=1):   # rates 0.25, 0.8, 0.8
+        q.update("gauss_newton", it, residual)
+    assert q.expected == 4 + math.ceil(math.log(0.01 / 0.0256) / math.log(0.8))
 
 
 def test_durations_in_words():
