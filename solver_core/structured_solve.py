@@ -394,16 +394,23 @@ class BlockPreconditioner:
         """The block-diagonal part of H on the free unknowns (CSC, without Levenberg–Marquardt damping)."""
         op = self.op
         n, m = op.n_steps, op.m
-        size = n * m
-        rows = np.arange(size)
-        H = sp.diags(op.penalty_diag.ravel())
-        weight = sp.diags(np.tile(op.weight, n))
+        diagonal = op.penalty_diag.ravel().copy()
+        stacked = []   # B^1/2 A_o of the offsets with sparse parts, one above the other: one product sums their squares
         for o in (-1, 0, 1):
-            cols = ((rows // m + o) % n) * m + rows % m      # row j's coefficient of frame j + o
-            a = sp.csr_matrix((np.tile(op.coef[o], n), (rows, cols)), shape=(size, size))
-            if o in op.offsets:
-                a = a + op._matrix[o]
-            a = weight @ a                                   # B^1/2 A_o: one sparse product per offset
+            if o not in op.offsets:   # B^1/2 A_o is a diagonal: its square adds to every frame's diagonal
+                diagonal += np.tile((op.weight * op.coef[o]) ** 2, n)
+                continue
+            # on the operator's pattern (the diagonal is in it): its values with the coefficients added and the
+            # rows scaled, without sparse sums or products with diagonals (the 32 x 32-quad square's blocks,
+            # alternated in one process: 14.1-14.7 s -> 10.0-10.8 s)
+            values = op.values[o].copy()
+            values[:, op.diag_slots] += op.coef[o]
+            values *= op.weight[op.pattern_rows]
+            stacked.append(sp.csr_matrix((values.ravel(), op._matrix[o].indices, op._matrix[o].indptr),
+                                         shape=op._matrix[o].shape))
+        H = sp.diags(diagonal)
+        if stacked:
+            a = sp.vstack(stacked, format="csr")
             H = H + a.T @ a
         if op.free_frames.size == n:
             return sp.csc_matrix(H)
