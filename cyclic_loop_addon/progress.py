@@ -26,7 +26,8 @@ RATE_WINDOW = 3         # iterations over which the residual's rate towards the 
 # decrease, shrinking by SHRINK per iteration, falls below STOP_DECREASE (Gauss–Newton's own stops: FTOL over
 # KINK_WINDOW iterations). In "cache_or_forward" the second run is expected to be dropped after RACE_FROM
 # iterations. Replayed on those runs' logs, the time left this predicts at each iteration puts the end within
-# 0.6-1.6x of the actual one from the 4th iteration on (the cap's budget: up to 4x).
+# 0.55-1.39x of the actual one from the 4th iteration on (square16: 0.15-0.3x while its residual heads under the
+# tolerance of a loop whose wrap is still seen); the cap's budget put it at 3.5-5x in the tails, 7.7x at the start.
 TYPICAL_ITERATIONS = 20
 TAIL, SHRINK = 0.05, 0.3
 STOP_DECREASE = sc.gauss_newton.FTOL / sc.gauss_newton.KINK_WINDOW
