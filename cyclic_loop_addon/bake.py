@@ -160,7 +160,7 @@ def _open(args):
 
 def _progress(progress):
     def callback(info):
-        progress.update(info["phase"], info["iteration"], info.get("residual"), info.get("loss"))
+        progress.take(info)
         _say(progress.line(info["loss"]))
         return False
     return callback

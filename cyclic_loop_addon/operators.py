@@ -185,7 +185,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             run.message = "Note: " + "; ".join(_job.notes)
         for info in _job.progress():
             run.iteration, run.loss = info["iteration"], info["loss"]
-            self._progress.update(info["phase"], info["iteration"], info.get("residual"), info.get("loss"))
+            self._progress.take(info)
         run.phase, run.progress = self._progress.phase, self._progress.look()     # one look per refresh
         run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
         run.percent = round(100 * run.progress)

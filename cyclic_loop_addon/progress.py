@@ -124,6 +124,10 @@ class Progress:
         self._last = (now, self.fraction)
         return self.fraction
 
+    def take(self, info):
+        """``update`` from a solver callback's dict (phase, iteration, and residual and loss where given)."""
+        return self.update(info["phase"], info["iteration"], info.get("residual"), info.get("loss"))
+
     @property
     def expected(self):
         """Optimizing iterations expected in all: the budget, or fewer where the run's own figures say where it
@@ -131,9 +135,10 @@ class Progress:
         RACE_FROM more for the dropped second run of "cache_or_forward"), or its residual falling towards the
         physics tolerance or within it (``_end_by_residual``; the solver stops there when the wrap cannot be
         seen: at most one more)."""
-        ends = [self._end_by_loss(), self._end_by_residual()]
-        known = [end for end in ends if end is not None]
-        return min([self.budget] + ([max(min(known), self.iteration + 1)] if known else []))
+        known = [end for end in (self._end_by_loss(), self._end_by_residual()) if end is not None]
+        if not known:
+            return self.budget
+        return min(self.budget, max(min(known), self.iteration + 1))
 
     def _end_by_loss(self):
         """The iteration at which the losses say the runs end (None without a loss)."""
