@@ -62,6 +62,14 @@ def loss(prob, q, with_penalty=True, u=None):
     return float(value)
 
 
+def block_gram(a):
+    """a^T a (CSR) of a sparse matrix whose rows and columns come in 3 x 3 blocks (a vertex's coordinates), multiplied
+    as BSR: the same matrix in about half the time of a CSR product (the 150-vertex Blender flag's J^T B J 0.35
+    against 0.73 s; the 32 x 32-quad square's frame blocks 6.5 against 10.4 s)."""
+    a = a.tobsr(blocksize=(3, 3))
+    return (a.T @ a).tocsr()
+
+
 def inertia_metric(prob):
     """The inertia part of the Gauss–Newton diagonal on the free unknowns, 6 m / h^3 per coordinate:
     Levenberg–Marquardt damping ``lambda * inertia_metric`` is isotropic in the mass norm."""
@@ -101,15 +109,12 @@ class ResidualJacobian:
         # parts at one offset on one pattern (a velocity term's dG/dq and dG/dv at the same offset, force and
         # velocity terms on the same springs and hinges) are added before one product sums them onto the entries
         self._groups = []   # (offset, part indices, 0/1 matrix (entries x pattern nonzeros))
-        for index, (o, r, c) in enumerate(self._parts):
-            same = [g for g in self._groups if g[0] == o and np.array_equal(self._parts[g[1][0]][1], r)
-                    and np.array_equal(self._parts[g[1][0]][2], c)]
-            if same:
-                same[0][1].append(index)
-                continue
-            slots = np.searchsorted(self._entries[o], r * dof + c)
-            self._groups.append((o, [index], sp.csr_matrix((np.ones(r.size), (slots, np.arange(r.size))),
-                                                           shape=(self._entries[o].size, r.size))))
+        for o in self._diagonals:
+            for group in scheme.pattern_groups(self._parts, [i for i, part in enumerate(self._parts) if part[0] == o]):
+                _, r, c = self._parts[group[0]]
+                slots = np.searchsorted(self._entries[o], r * dof + c)
+                self._groups.append((o, group, sp.csr_matrix((np.ones(r.size), (slots, np.arange(r.size))),
+                                                             shape=(self._entries[o].size, r.size))))
         j = np.arange(n_steps)[:, None]
         rows = np.concatenate([(j * dof + k // dof).ravel() for k in self._entries.values()])
         cols = np.concatenate([(((j + o) % n_steps) * dof + k % dof).ravel() for o, k in self._entries.items()])
@@ -148,8 +153,7 @@ class ResidualJacobian:
     def normal_matrix(self, J):
         """J^T diag(row_weights) J (CSC, sorted indices) of an assembled J, multiplied in 3 x 3 blocks (a vertex's
         coordinates are free or fixed together)."""
-        WJ = sp.csr_matrix((J.data * self._entry_roots, J.indices, J.indptr), shape=J.shape).tobsr(blocksize=(3, 3))
-        H = (WJ.T @ WJ).tocsr()
+        H = block_gram(sp.csr_matrix((J.data * self._entry_roots, J.indices, J.indptr), shape=J.shape))
         H.sort_indices()
         return sp.csc_matrix((H.data, H.indices, H.indptr), shape=H.shape)  # symmetric: its CSR arrays are its CSC's
 

@@ -102,6 +102,21 @@ def derivative_pattern(prob):
     return parts
 
 
+def pattern_groups(parts, indices):
+    """The ``indices`` into ``parts`` (``derivative_pattern``'s) grouped by identical (rows, cols) patterns, in order:
+    such parts (a velocity term's dG/dq and dG/dv, Blender cloth's damping on its springs' and hinges' patterns)
+    can be added before they are summed onto a matrix."""
+    groups = []
+    for i in indices:
+        same = [g for g in groups if np.array_equal(parts[g[0]][1], parts[i][1])
+                and np.array_equal(parts[g[0]][2], parts[i][2])]
+        if same:
+            same[0].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 def sweep_parts(prob):
     """Indices into ``derivative_pattern`` of the parts a time-sweep preconditioner keeps: the (implicit)
     force Jacobian, the explicit terms' force Jacobian and the velocity terms' dG/dv parts (their damping)."""

@@ -5,6 +5,7 @@ import scipy.sparse as sp
 
 import solver_core as sc
 from derivatives import assembled_jacobians, quad_grid
+from solver_core import scheme
 from solver_core.models.blender_cloth import SWEEP_BENDING, BlenderAngularTerm, BlenderSpringTerm
 from solver_core.gauss_newton import AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY, GaussNewton, choose_backend
 from solver_core.linsolve import REUSE_CG_ITERS, make_backend
@@ -52,6 +53,42 @@ def test_products_equal_the_assembled_jacobian(case):
     np.testing.assert_allclose(op.apply_j(x).ravel(), np.sqrt(jac.row_weights) * (J @ x),
                                rtol=0, atol=1e-12 * np.abs(J).max() * np.abs(x).max())
     np.testing.assert_allclose(op.apply_jt(y), J.T @ y.ravel(), rtol=0, atol=1e-12 * np.abs(J).max() * np.abs(y).max())
+
+
+def test_operator_values_sum_every_part_onto_its_slots():
+    """``LoopOperator.update`` adds the parts on one pattern (Blender cloth's damping on its springs' and hinges'
+    patterns) before summing them onto the pattern's slots: per offset its values, and the sweep's (the stabilized
+    force Jacobian and the damping), equal every part's entries added one by one."""
+    prob, q = blender_cloth(**CASES["linearized"])
+    op = LoopOperator(prob)
+    op.update(q)
+    parts, n, m = scheme.derivative_pattern(prob), prob.n_steps, op.m
+    at = {o: [i for i, p in enumerate(parts) if p[0] == o] for o in op.offsets}
+    assert any(len(g) > 1 for o in at for g in scheme.pattern_groups(parts, at[o]))   # parts are added before the sum
+    local = np.full(3 * prob.n_vertices, -1)
+    local[op.active] = np.arange(m)
+    keys = op.pattern_rows.astype(np.int64) * m + op.pattern_cols
+    rows = (np.roll(q, 1, axis=0), q, np.roll(q, -1, axis=0), np.arange(n))
+    values = scheme.derivative_values(prob, *rows)
+
+    def one_by_one(indices):
+        out = np.zeros((n, op.nnz))
+        for i in indices:
+            r, c = local[parts[i][1]], local[parts[i][2]]
+            keep = (r >= 0) & (c >= 0)
+            for j in range(n):
+                np.add.at(out[j], np.searchsorted(keys, r[keep] * m + c[keep]), values[i][j, keep])
+        return out
+
+    scale = max(np.abs(v).max() for v in values)
+    for o in op.offsets:
+        np.testing.assert_allclose(op.values[o], one_by_one(at[o]), rtol=0, atol=1e-13 * scale)
+    values[0] = scheme.stable_force_part(prob, *rows)
+    kept = scheme.sweep_parts(prob)
+    assert op.sweep_values and op.sweep_values[1] is not op.values[1]
+    for o in op.sweep_values:
+        np.testing.assert_allclose(op.sweep_values[o], one_by_one([i for i in kept if parts[i][0] == o]),
+                                   rtol=0, atol=1e-13 * scale)
 
 
 @pytest.mark.parametrize("damping", [0.0, 1e-2])
