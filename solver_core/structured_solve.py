@@ -117,8 +117,8 @@ class LoopOperator:
         self.diag_slots = np.searchsorted(uniq, np.arange(m) * (m + 1))
         # per offset, sums its parts' term-wise (duplicated) entries into the pattern's slots. Parts on one pattern
         # (Blender cloth's velocity terms mirror its springs and hinges) are added first, then one sparse 0/1 product
-        # per row sums them onto the slots (the 32 x 32-quad square, 100 frames: 8.7 + 1.2 s of an update's 24 s
-        # by a gather of the concatenated parts sorted by slot and its reduceat, ~1.6 s this way).
+        # per row sums them onto the slots. The 32 x 32-quad square (100 frames): a gather of the concatenated parts
+        # sorted by slot and its reduceat took 8.7 + 1.2 s of an update's 24 s; the update now takes 15-17 s of CPU.
         def summing(indices):
             """[(indices of parts on one pattern, 0/1 CSR (slots x that pattern's entries))] for ``indices``."""
             groups = []
