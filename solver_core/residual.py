@@ -108,13 +108,14 @@ class ResidualJacobian:
         self._diagonal_slots = {o: np.searchsorted(keys, diagonal) for o, keys in self._entries.items()}
         # parts at one offset on one pattern (a velocity term's dG/dq and dG/dv at the same offset, force and
         # velocity terms on the same springs and hinges) are added before one product sums them onto the entries
-        self._groups = []   # (offset, part indices, 0/1 matrix (entries x pattern nonzeros))
-        for o in self._diagonals:
+        # per offset: [(part indices, 0/1 matrix (entries x pattern nonzeros))]
+        self._groups = {o: [] for o in self._diagonals}
+        for o, groups in self._groups.items():
             for group in scheme.pattern_groups(self._parts, [i for i, part in enumerate(self._parts) if part[0] == o]):
                 _, r, c = self._parts[group[0]]
                 slots = np.searchsorted(self._entries[o], r * dof + c)
-                self._groups.append((o, group, sp.csr_matrix((np.ones(r.size), (slots, np.arange(r.size))),
-                                                             shape=(self._entries[o].size, r.size))))
+                groups.append((group, sp.csr_matrix((np.ones(r.size), (slots, np.arange(r.size))),
+                                                    shape=(self._entries[o].size, r.size))))
         j = np.arange(n_steps)[:, None]
         rows = np.concatenate([(j * dof + k // dof).ravel() for k in self._entries.values()])
         cols = np.concatenate([(((j + o) % n_steps) * dof + k % dof).ravel() for o, k in self._entries.items()])
@@ -137,13 +138,8 @@ class ResidualJacobian:
         values = scheme.derivative_values(prob, np.roll(q, 1, axis=0), q, np.roll(q, -1, axis=0),
                                           np.arange(prob.n_steps))
         summed = {o: np.zeros((prob.n_steps, keys.size)) for o, keys in self._entries.items()}
-        for o, parts, matrix in self._groups:
-            total = values[parts[0]]
-            for k in parts[1:]:
-                total += values[k]   # derivative_values' arrays are fresh: added in place
-            # step by step: a product with the (steps x nonzeros) array at once copies its transpose first
-            for row, step_values in zip(summed[o], total):
-                row += matrix @ step_values
+        for o, groups in self._groups.items():
+            scheme.sum_parts(values, groups, summed[o])
         for o, coefficients in self._diagonals.items():
             summed[o][:, self._diagonal_slots[o]] += coefficients
         flat = np.concatenate([part.ravel() for part in summed.values()])

@@ -117,6 +117,19 @@ def pattern_groups(parts, indices):
     return groups
 
 
+def sum_parts(values, groups, out):
+    """Rows ``out`` (B, slots) = the part values (B, entries) of ``derivative_values`` summed onto slots by ``groups``:
+    [(part indices on one pattern (``pattern_groups``), 0/1 CSR (slots x that pattern's entries))]; ``values`` are
+    left as they are."""
+    out[:] = 0.0
+    for indices, matrix in groups:
+        total = values[indices[0]] if len(indices) == 1 else np.add(values[indices[0]], values[indices[1]])
+        for k in indices[2:]:
+            total += values[k]
+        for row, row_values in zip(out, total):   # row by row: a product with the (B x entries) array copies it
+            row += matrix @ row_values
+
+
 def sweep_parts(prob):
     """Indices into ``derivative_pattern`` of the parts a time-sweep preconditioner keeps: the (implicit)
     force Jacobian, the explicit terms' force Jacobian and the velocity terms' dG/dv parts (their damping)."""

@@ -60,18 +60,6 @@ def supports(prob):
     return None
 
 
-def _sum_parts(parts, groups, out):
-    """Rows ``out`` (B, slots) = the values (B, entries) of ``parts`` summed onto their slots by ``groups`` (as
-    ``LoopOperator`` builds them); ``parts`` are left as they are."""
-    out[:] = 0.0
-    for indices, matrix in groups:
-        total = parts[indices[0]] if len(indices) == 1 else np.add(parts[indices[0]], parts[indices[1]])
-        for k in indices[2:]:
-            total += parts[k]
-        for row, values in zip(out, total):   # row by row: a product with the (B x entries) array copies its transpose
-            row += matrix @ values
-
-
 class LoopOperator:
     """Matrix-free J (weighted by B^1/2) and J^T on the free unknowns of a LoopProblem.
 
@@ -168,11 +156,11 @@ class LoopOperator:
             j = np.arange(start, min(start + batch, n))
             parts = scheme.derivative_values(prob, q[j - 1], q[j], q[(j + 1) % n], j)
             for o, groups in self._sums.items():
-                _sum_parts(parts, groups, self.values[o][j[0]:j[-1] + 1])
+                scheme.sum_parts(parts, groups, self.values[o][j[0]:j[-1] + 1])
             if self._stable_force:
                 parts[0] = scheme.stable_force_part(prob, q[j - 1], q[j], q[(j + 1) % n], j)
             for o, groups in self._sweep_sums.items():
-                _sum_parts(parts, groups, self.sweep_values[o][j[0]:j[-1] + 1])
+                scheme.sum_parts(parts, groups, self.sweep_values[o][j[0]:j[-1] + 1])
         for o in self.offsets:
             if o not in self._matrix:
                 index_type = np.int32 if max(n * self.nnz, n * m) < 2 ** 31 else np.int64
