@@ -56,17 +56,21 @@ def step_rows(prob, q_prev, q_here, q_next, j, force_jacobian=None):
     implicit, explicit = split(prob)
     x, v, t = _force_arguments(prob, q_prev, q_here, q_next, j)
     u = model.mass[:, None] * (q_next - 2 * q_here + q_prev) / h ** 2 + model.drag[:, None] * v
-    u = u - model.forces(x, t)
+    if prob.scheme == "linearized" and force_jacobian is None:
+        # the forces and their product along the step from one evaluation of each term's geometry
+        forces, product = implicit.forces_and_jacobian_dot(x, t, q_next - q_here)
+        u = u - forces - product
+        if explicit is not None:
+            u = u - explicit.forces(x, t)
+    else:
+        u = u - model.forces(x, t)
     if implicit.velocity_terms:
         u = u - implicit.velocity_forces(x, v, t)
     if explicit is not None and explicit.velocity_terms:
         u = u - explicit.velocity_forces(x, (q_here - q_prev) / h, t)
-    if prob.scheme == "linearized":
-        if force_jacobian is None:
-            u = u - implicit.jacobian_dot(x, t, q_next - q_here)
-        else:
-            rows, cols = implicit.jacobian_pattern()
-            u = u - pattern_product(rows, cols, force_jacobian, q_next - q_here, 3 * model.n_vertices).reshape(u.shape)
+    if prob.scheme == "linearized" and force_jacobian is not None:
+        rows, cols = implicit.jacobian_pattern()
+        u = u - pattern_product(rows, cols, force_jacobian, q_next - q_here, 3 * model.n_vertices).reshape(u.shape)
     return u
 
 

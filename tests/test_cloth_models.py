@@ -268,6 +268,26 @@ def test_wind_jacobian_matches_finite_differences(per_frame):
     assert_jacobian_matches(term, q, np.array([0.4, 3.5, 6.8]))
 
 
+@pytest.mark.parametrize("per_frame", [False, True])
+def test_wind_product_matches_its_jacobian_and_differences(per_frame):
+    """Wind's matrix-free dF/dq s (the linearized scheme's residual takes it every step) equals its assembled
+    Jacobian times s to roundoff and central differences of its forces along s."""
+    from solver_core.models.base import pattern_product
+    x, tris, _ = grid()
+    rng = np.random.default_rng(3)
+    wind = rng.standard_normal((7, 3)) if per_frame else np.array([0.5, -2.0, 3.0])
+    term = Wind(len(x), tris, wind, coefficient=1.7)
+    q, t = deformed_frames(x, scale=0.03), np.array([0.4, 3.5, 6.8])
+    s = rng.standard_normal(q.shape)
+    product = term.jacobian_dot(q, t, s)
+    rows, cols = term.jacobian_pattern()
+    assembled = pattern_product(rows, cols, term.jacobian_values(q, t), s, 3 * len(x)).reshape(q.shape)
+    np.testing.assert_allclose(product, assembled, rtol=0, atol=1e-12 * np.abs(assembled).max())
+    eps = 1e-6
+    difference = (term.forces(q + eps * s, t) - term.forces(q - eps * s, t)) / (2 * eps)
+    assert np.abs(product - difference).max() < 1e-6 * np.abs(product).max()
+
+
 def test_wind_on_a_flat_sheet_is_area_times_normal_pressure():
     x, tris, _ = grid()
     flipped = tris[:, [0, 2, 1]]  # the orientation of the triangles does not matter
@@ -544,6 +564,11 @@ def test_blender_jacobian_products_match_jacobian_and_differences(mesh):
         assert np.abs(product - difference).max() < 1e-6 * np.abs(product).max()
     total = sum(term.jacobian_dot(q, t, s) for term in cloth.terms)
     np.testing.assert_allclose(cloth.jacobian_dot(q, t, s), total, rtol=0, atol=1e-14 * np.abs(total).max())
+    # the forces and the product from one evaluation of the geometry (the linearized scheme's residual)
+    for part in cloth.terms + [cloth]:
+        forces, product = part.forces_and_jacobian_dot(q, t, s)
+        np.testing.assert_allclose(forces, part.forces(q, t), rtol=0, atol=1e-14 * np.abs(forces).max())
+        np.testing.assert_allclose(product, part.jacobian_dot(q, t, s), rtol=0, atol=1e-14 * np.abs(product).max())
 
 
 def test_blender_hinges_of_a_quad_grid():

@@ -58,6 +58,11 @@ class ForceTerm(Term):
         q = np.asarray(q)
         return pattern_product(rows, cols, self.jacobian_values(q, t), s, 3 * self.n_vertices).reshape(q.shape)
 
+    def forces_and_jacobian_dot(self, q, t, s):
+        """``(forces(q, t), jacobian_dot(q, t, s))``; terms whose product computes the forces' geometry anyway
+        supply both from one evaluation of it."""
+        return self.forces(q, t), self.jacobian_dot(q, t, s)
+
 
 class VelocityTerm(Term):
     """Base class of a force ``G(q, v) = C(q) v`` linear in the velocities ``v`` ``(B, n, 3)``."""
@@ -211,6 +216,17 @@ class Model(ForceTerm):
         for term in self.terms:
             total += term.jacobian_dot(q, t, s)
         return total
+
+    def forces_and_jacobian_dot(self, q, t, s):
+        """``(forces(q, t), jacobian_dot(q, t, s))`` summed over the terms' own pairs."""
+        q = np.asarray(q)
+        forces = np.zeros(q.shape, dtype=np.result_type(q, float))
+        product = np.zeros(q.shape, dtype=np.result_type(q, s, float))
+        for term in self.terms:
+            f, df = term.forces_and_jacobian_dot(q, t, s)
+            forces += f
+            product += df
+        return forces, product
 
     def jacobian_derivative(self, q, t, s):
         """Values ``(B, nnz)`` of d/de dF/dq(q + e s) at e = 0, the Jacobian's derivative along ``s``.

@@ -200,12 +200,17 @@ class BlenderSpringTerm(ForceTerm):
     def jacobian_dot(self, q, t, s):
         """``dF/dq s`` (B, n, 3) without the Jacobian: each spring's ``dphi (e.w) e + phi / l (w - (e.w) e)``,
         w = s_j - s_i."""
+        return self.forces_and_jacobian_dot(q, t, s)[1]
+
+    def forces_and_jacobian_dot(self, q, t, s):
+        """``(forces, jacobian_dot)`` from one evaluation of the springs' laws."""
         unit, length, phi, dphi = self._laws(q)
         s = np.asarray(s, dtype=float)
         rel = s[:, self.pairs[:, 1]] - s[:, self.pairs[:, 0]]
         ratio = phi / length
+        f = phi[..., None] * unit
         df = ((dphi - ratio) * np.sum(unit * rel, -1))[..., None] * unit + ratio[..., None] * rel
-        return self._scatter(np.stack([df, -df], axis=2))
+        return self._scatter(np.stack([f, -f], axis=2)), self._scatter(np.stack([df, -df], axis=2))
 
     def stable_jacobian_values(self, q, t):
         """``jacobian_values`` with the absolute values of each spring's stiffness along (dphi) and across
@@ -482,11 +487,19 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
     def jacobian_dot(self, q, t, s):
         """``dF/dq s`` (B, n, 3) from the derivatives of the angle and the side normals along ``s``, without
         the Jacobian."""
+        return self._scatter(self._corners(q, s)[1])
+
+    def forces_and_jacobian_dot(self, q, t, s):
+        """``(forces, jacobian_dot)`` from one evaluation of the hinges' geometry."""
+        corner, corner_s = self._corners(q, s)
+        return self._scatter(corner), self._scatter(corner_s)
+
+    def _corners(self, q, s):
+        """Per-slot forces (B, m, slots, 3) and their derivatives along ``s``."""
         angle, a, b, da, db, d_angle = self._geometry(q, False, along=s)
-        force = self.stiffness * (angle - self.rest_angle)
-        corner = (self.stiffness * d_angle)[..., None, None] * self._directions(a, b)
-        corner += force[..., None, None] * self._directions(da, db)
-        return self._scatter(corner)
+        force = (self.stiffness * (angle - self.rest_angle))[..., None, None]
+        directions = self._directions(a, b)
+        return force * directions, (self.stiffness * d_angle)[..., None, None] * directions + force * self._directions(da, db)
 
     def stable_jacobian_values(self, q, t):
         """A negative semi-definite stand-in for ``jacobian_values``: -c stiffness grad(angle) grad(angle)^T,

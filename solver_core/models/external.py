@@ -74,6 +74,19 @@ class Wind(ForceTerm):
     def jacobian_pattern(self):
         return self._pattern
 
+    def jacobian_dot(self, q, t, s):
+        """``dF/dq s`` (B, n, 3) without the Jacobian: each triangle's ``c / 6 ((dN.w) n + (n.w) (dN - (n.dN) n))``
+        with n = N / |N| and dN the normal's change along ``s``."""
+        x, N = self._normals(q)
+        ds = np.asarray(s, dtype=float)[:, self.triangles]
+        dN = (np.cross(ds[:, :, 1] - ds[:, :, 0], x[:, :, 2] - x[:, :, 0])
+              + np.cross(x[:, :, 1] - x[:, :, 0], ds[:, :, 2] - ds[:, :, 0]))
+        w = self._wind_at(t, N.shape[0])[:, None, :]
+        n = N / np.linalg.norm(N, axis=-1, keepdims=True)
+        across = dN - np.sum(n * dN, -1, keepdims=True) * n
+        df = self.coefficient / 6.0 * (np.sum(dN * w, -1, keepdims=True) * n + np.sum(n * w, -1, keepdims=True) * across)
+        return self._scatter(np.repeat(df[:, :, None, :], 3, axis=2))
+
     def jacobian_values(self, q, t):
         x, N = self._normals(q)
         w = np.broadcast_to(self._wind_at(t, N.shape[0])[:, None, :], N.shape)
