@@ -499,7 +499,8 @@ class BlenderAngularTerm(_HingeStencil, ForceTerm):
         angle, a, b, da, db, d_angle = self._geometry(q, False, along=s)
         force = (self.stiffness * (angle - self.rest_angle))[..., None, None]
         directions = self._directions(a, b)
-        return force * directions, (self.stiffness * d_angle)[..., None, None] * directions + force * self._directions(da, db)
+        change = (self.stiffness * d_angle)[..., None, None] * directions + force * self._directions(da, db)
+        return force * directions, change
 
     def stable_jacobian_values(self, q, t):
         """A negative semi-definite stand-in for ``jacobian_values``: -c stiffness grad(angle) grad(angle)^T,

@@ -84,7 +84,8 @@ class Wind(ForceTerm):
         w = self._wind_at(t, N.shape[0])[:, None, :]
         n = N / np.linalg.norm(N, axis=-1, keepdims=True)
         across = dN - np.sum(n * dN, -1, keepdims=True) * n
-        df = self.coefficient / 6.0 * (np.sum(dN * w, -1, keepdims=True) * n + np.sum(n * w, -1, keepdims=True) * across)
+        df = self.coefficient / 6.0 * (np.sum(dN * w, -1, keepdims=True) * n
+                                       + np.sum(n * w, -1, keepdims=True) * across)
         return self._scatter(np.repeat(df[:, :, None, :], 3, axis=2))
 
     def jacobian_values(self, q, t):
