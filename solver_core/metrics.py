@@ -89,13 +89,15 @@ def loop_metrics(prob, q):
     position_jump, velocity_jump (at the wrap, absolute) and *_ratio (wrap / median over all
     boundaries: ~1 for a seamless loop), measured on the frames the loop plays (``prob.frames_of``): with
     sub-steps, the boundaries inside a frame are never seen, and a clip interpolated to sub-steps has none;
-    residual_rel_mean / residual_rel_max (``relative_residual``); loss (E[q], no penalties)."""
+    residual_rel_mean / residual_rel_max (``relative_residual``); loss (E[q], no penalties); the residual is
+    evaluated once for both."""
     q = prob.check_trajectory(q)
     pos, vel = seam_statistics(prob.frames_of(q), prob.dt)
-    rel = relative_residual(prob, q)
+    u = residual_steps(prob, q)
+    rel = relative_residual(prob, q, u)
     return dict(
         position_jump=float(pos[0]), velocity_jump=float(vel[0]),
         position_jump_ratio=_ratio(pos), velocity_jump_ratio=_ratio(vel),
         residual_rel_mean=float(rel.mean()), residual_rel_max=float(rel.max()),
-        loss=loss(prob, q, with_penalty=False),
+        loss=loss(prob, q, with_penalty=False, u=u),
     )

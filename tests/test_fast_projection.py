@@ -5,6 +5,7 @@ import pytest
 import scipy.sparse.linalg as spla
 
 import solver_core as sc
+from counting import count_calls
 from solver_core.fast_projection import _Closure, _GramStep, _stop_reason
 from solver_core.forward import _ImplicitStep, mismatch_gradient
 from solver_core.scenes.paper import SCENES
@@ -101,18 +102,6 @@ def test_gram_matrix_of_the_closure_equals_its_adjoint_rows(name):
     assert np.isclose(np.linalg.norm(r + jdu) / np.linalg.norm(r), lin_res)
 
 
-def _counting_splu(monkeypatch):
-    calls = []
-    real = spla.splu
-
-    def splu(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(spla, "splu", splu)
-    return calls
-
-
 def _counting_jacobians(monkeypatch, model):
     """Configurations at which each force term's Jacobian is evaluated, summed over the terms."""
     counts = []
@@ -136,7 +125,7 @@ def test_blender_cloth_forward_and_gradient_cost_per_step(monkeypatch):
     u = _controls(prob, np.random.default_rng(9), 0.1)
     model = prob.model
     n_terms = len(model.terms) + len(model.velocity_terms)
-    factorizations = _counting_splu(monkeypatch)
+    factorizations = count_calls(monkeypatch, spla, "splu")
     evaluations = _counting_jacobians(monkeypatch, model)
     q, lin = sc.simulate(prob, L + 2, u, keep_factors=True)
     assert len(factorizations) == L
@@ -152,7 +141,7 @@ def test_backward_scheme_factors_each_step_once_for_its_linearization(monkeypatc
     L = prob.n_steps
     u = _controls(prob, np.random.default_rng(10), 0.1)
     q, lin = sc.simulate(prob, L + 2, u, keep_factors=True)
-    factorizations = _counting_splu(monkeypatch)
+    factorizations = count_calls(monkeypatch, spla, "splu")
     for _ in range(3):
         lin.adjoint(np.ones_like(q))
     assert len(factorizations) == L
@@ -168,7 +157,7 @@ def test_fast_projection_iteration_factors_each_step_once_beyond_newton(monkeypa
     # iterate's linearization, which the Gram matrix and the steps of every trust radius share
     prob = small_cloth_problem(scheme="backward")
     L = prob.n_steps
-    factorizations = _counting_splu(monkeypatch)
+    factorizations = count_calls(monkeypatch, spla, "splu")
     in_newton = []
     for name in ("_direction", "_levenberg_marquardt"):     # Newton's directions and its fallback's
         real = getattr(_ImplicitStep, name)
