@@ -243,7 +243,7 @@ class _ImplicitStep:
         one step of iterative refinement)."""
         x = self._start(q_prev, q_cur, x_pins)
         values = self._values(q_prev, q_cur, x, j)
-        S = self._shifted(self._compressed(values), 0.0)
+        S = self._assembly.matrix(self._compressed(values))
         # the first part is -dF/dq at q_j: the step residual reuses it
         r = scheme.step_rows(self.prob, q_prev[None], q_cur[None], x[None], np.array([j]), force_jacobian=-values[0])
         r = (r[0] - control).ravel()[self.free]
@@ -310,7 +310,7 @@ class _ImplicitStep:
             else:
                 dx, shift = self._direction(q_prev, q_cur, x, j, r, shift, potential and on_phi)
             if on_phi and not potential:
-                frozen = sum(term.forces(x[None], tt)[0] for term in self._frozen)
+                frozen = self._frozen_forces(x, tt)
                 on_phi = float(r @ dx) < 0
             phi0 = merit(x, r, on_phi)
             slope = -float(r @ dx) if on_phi else 0.0
@@ -358,6 +358,10 @@ class _ImplicitStep:
         inertia = np.abs(self.model.mass[:, None] * (q_cur - q_prev)).max() / self.prob.h ** 2
         return max(inertia, np.abs(self.model.forces(x[None], tt)).max(), 1e-300)
 
+    def _frozen_forces(self, x, tt):
+        """The forces without a potential (wind) at positions x, held fixed by ``_picard`` and by Newton's merit."""
+        return sum(term.forces(x[None], tt)[0] for term in self._frozen)
+
     def _picard(self, q_prev, q_cur, control, x_pins, j, tol, max_iters, factor=True):
         """Lagged non-conservative forces, the conservative step solved by ``self._conservative``."""
         jj = np.array([j])
@@ -365,7 +369,7 @@ class _ImplicitStep:
         x = self._start(q_prev, q_cur, x_pins)
         scale = self._scale(q_prev, q_cur, x, tt)
         for _ in range(max_iters):
-            frozen = control + sum(term.forces(x[None], tt)[0] for term in self._frozen)
+            frozen = control + self._frozen_forces(x, tt)
             x, _ = self._conservative._newton(q_prev, q_cur, frozen, x_pins, j, tol, max_iters, False, x, False)
             r = (scheme.step_rows(self.prob, q_prev[None], q_cur[None], x[None], jj)[0] - control).ravel()[self.free]
             if np.abs(r).max() <= tol * scale:
