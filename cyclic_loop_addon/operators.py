@@ -1,10 +1,11 @@
-"""Make Loop (modal: the solve runs on a worker thread, a timer copies its progress into the scene's run
-state), Cancel, Restore Simulation and Physics Defaults.
+"""Make Loop (modal: the solve runs in a child Python process, a timer follows it and copies its progress
+into the scene's run state), Cancel, Restore Simulation and Physics Defaults.
 
 Everything that touches bpy data runs here on the main thread: gathering before the solve, writing after
-it. Cancel or failure writes nothing. In the modal run the worker thread hands the physical solve to a
-child Python process (worker.SolveJob, solve_process) so that the solver's numpy / SciPy work does not
-hold the GIL the interface needs; without a usable Python it solves in the thread (the message says so).
+it. Cancel or failure writes nothing. In the modal run the physical solve runs in a child Python process
+(worker.SolveJob, solve_process) so that the solver's numpy / SciPy work does not hold the GIL the
+interface needs, and the timer reads its progress and result: no Python thread runs beside Blender's
+drawing. Without a usable Python it solves on a worker thread (the message says so).
 From scripts and in background mode (no event loop, timers never fire; nothing to keep responsive)
 ``execute`` runs the same job inline, in this process.
 

@@ -1,6 +1,7 @@
 """The physical solve in a separate Python process, so that Blender's interface keeps the GIL: the
 solver's own command line (``python -m solver_core loop problem.npz -o result.npz --clip clip.npy``)
-on the solver's own files, its progress lines read from its stdout. No bpy here.
+on the solver's own files, its progress lines read from its stdout (a file in its folder). No bpy here, and
+no thread: the caller polls (``Search.poll``, ``Output.lines``, ``Popen.poll``).
 
 The Python is ``sys.executable`` (Blender's bundled Python since 2.91), else the Python that Blender's
 ``sys.base_prefix`` belongs to (Linux distribution builds of Blender); each is probed once per session
@@ -14,13 +15,13 @@ import os
 import subprocess
 import sys
 import sysconfig
-import threading
+import tempfile
+import time
 
 from .solver import sc
 
 PROBE_TIMEOUT = 120.0       # seconds for a probe (a cold start of SciPy can be slow)
 _probed = {}                # python path -> (usable, reason)
-_probe_lock = threading.Lock()
 
 
 def _is_stdlib(entry, stdlib):
@@ -48,28 +49,102 @@ def command(python, *args):
 def probe(python):
     """(usable, reason): can ``python`` run the solver, with this Python's minor version, numpy and SciPy?
     Each path is probed once per session."""
-    with _probe_lock:
-        if python not in _probed:
-            _probed[python] = _probe(python)
-        return _probed[python]
+    found, reason = Search([python]).wait()
+    return found is not None, reason
 
 
-def _probe(python):
-    if not python or not os.path.isfile(python):
-        return False, f"no Python at {python!r}"
-    argv, env = command(python, "versions")
+class Search:
+    """The first usable Python of ``pythons`` (default ``candidates()``), found without blocking: each is
+    probed (``python -m solver_core versions``, once per session) in a child process, one at a time, and
+    ``poll()`` advances the search. Blender's modal Make Loop polls it from its timer: no Python thread
+    runs beside Blender's drawing (Blender's documentation: such threads end up crashing it)."""
+
+    def __init__(self, pythons=None):
+        self._todo = list(candidates() if pythons is None else pythons)
+        self._reasons = []
+        self._running = None        # (python, Popen, its stdout and stderr files, when it started)
+        self.found = None
+
+    def poll(self):
+        """None while a probe runs, then (python, "") for the first usable one or (None, why none is)."""
+        while self.found is None:
+            if self._running is not None and not self._ended():
+                return None
+            if not self._todo:
+                self.found = None, "; ".join(self._reasons) or "no Python found"
+            elif self._todo[0] not in _probed:
+                self._start(self._todo[0])
+            else:
+                python = self._todo.pop(0)
+                usable, reason = _probed[python]
+                if usable:
+                    self.found = python, ""
+                else:
+                    self._reasons.append(reason)
+        return self.found
+
+    def wait(self):
+        """Block until ``poll()`` has its answer, and return it."""
+        while self.poll() is None:
+            try:
+                self._running[1].wait(0.1)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.found
+
+    def stop(self):
+        """Kill a running probe (its Python stays unprobed)."""
+        if self._running is not None:
+            _, proc, outputs, _ = self._running
+            self._running = None
+            proc.kill()
+            proc.wait()
+            for fh in outputs:
+                fh.close()
+
+    def _start(self, python):
+        if not python or not os.path.isfile(python):
+            _probed[python] = False, f"no Python at {python!r}"
+            return
+        argv, env = command(python, "versions")
+        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        try:
+            proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        except (OSError, subprocess.SubprocessError) as exc:
+            out.close()
+            err.close()
+            _probed[python] = False, f"{python} did not run: {exc}"
+            return
+        self._running = python, proc, (out, err), time.monotonic()
+
+    def _ended(self):
+        """True when the running probe has ended (its verdict recorded in ``_probed``)."""
+        python, proc, outputs, started = self._running
+        if proc.poll() is None:
+            if time.monotonic() - started < PROBE_TIMEOUT:
+                return False
+            self.stop()
+            _probed[python] = False, f"{python} did not answer within {PROBE_TIMEOUT:.0f} s"
+            return True
+        self._running = None
+        texts = []
+        for fh in outputs:
+            with fh:
+                fh.seek(0)
+                texts.append(fh.read().decode("utf-8", "replace"))
+        _probed[python] = _verdict(python, proc.returncode, *texts)
+        return True
+
+
+def _verdict(python, status, stdout, stderr):
+    """(usable, reason) from a probe's exit status and output."""
+    lines = stdout.strip().splitlines()
     try:
-        proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return False, f"{python} did not run: {exc}"
-    lines = proc.stdout.strip().splitlines()
-    try:
-        found = json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+        found = json.loads(lines[-1]) if status == 0 and lines else None
     except ValueError:
         found = None
     if not isinstance(found, dict):
-        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        last = (stderr.strip().splitlines() or [f"exit status {status}"])[-1]
         return False, f"{python} cannot run the solver ({last})"
     wanted = sc.versions()
     if found != wanted:
@@ -92,24 +167,35 @@ def candidates():
 
 
 def find_python():
-    """(python, "") for the first usable candidate, or (None, why none is)."""
-    reasons = []
-    for python in candidates():
-        usable, reason = probe(python)
-        if usable:
-            return python, ""
-        reasons.append(reason)
-    return None, "; ".join(reasons) or "no Python found"
+    """(python, "") for the first usable candidate, or (None, why none is); blocks (``Search`` does not)."""
+    return Search().wait()
 
 
 def start(python, folder, *args):
-    """Start ``python -m solver_core ARGS`` in ``folder``: a Popen with line-buffered text stdout
-    (progress lines), stderr into ``folder``/stderr.txt, and an open stdin pipe (with
-    ``--stop-with-stdin`` the child quits when it closes: Blender has gone)."""
+    """Start ``python -m solver_core ARGS`` in ``folder``: a Popen with its stdout into ``folder``/stdout.txt
+    (progress lines: read them with ``Output``), its stderr into ``folder``/stderr.txt, and an open stdin
+    pipe (with ``--stop-with-stdin`` the child quits when it closes: Blender has gone)."""
     argv, env = command(python, *args)
-    with open(os.path.join(folder, "stderr.txt"), "w", encoding="utf-8") as err:
-        return subprocess.Popen(argv, env=env, cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=err, text=True, errors="replace", bufsize=1)
+    with open(os.path.join(folder, "stdout.txt"), "wb") as out, \
+            open(os.path.join(folder, "stderr.txt"), "wb") as err:
+        return subprocess.Popen(argv, env=env, cwd=folder, stdin=subprocess.PIPE, stdout=out, stderr=err)
+
+
+class Output:
+    """The lines a child started by ``start`` has written to its stdout, read as they come."""
+
+    def __init__(self, folder):
+        self.path, self._offset = os.path.join(folder, "stdout.txt"), 0
+
+    def lines(self, final=False):
+        """The complete lines written since the last call (with ``final``, once the child has ended: the
+        rest too)."""
+        with open(self.path, "rb") as fh:
+            fh.seek(self._offset)
+            data = fh.read()
+        end = len(data) if final else data.rfind(b"\n") + 1
+        self._offset += end
+        return data[:end].decode("utf-8", "replace").splitlines(keepends=True)
 
 
 def error_message(folder):

@@ -1,10 +1,13 @@
-"""A loop solve on a worker thread. No bpy here: the gathered problem comes in as numpy, progress goes
-out through a queue, and the main thread polls (modal timer) or runs the job inline (background).
+"""A loop solve that runs while Blender's interface keeps drawing. No bpy here: the gathered problem
+comes in as numpy, progress goes out as dicts, the modal operator's timer follows the job
+(``progress()``) and a script runs it to the end (``run()``).
 
-With ``python`` set, the worker thread hands the physical solve to a child Python process (the
-solver's command line, see solve_process) and only waits for it, so the heavy numpy / SciPy work does
-not hold Blender's GIL and the interface keeps redrawing; Cancel terminates the child. Without a usable
-Python the solve runs in the thread itself, and the report's notes say so.
+With ``python`` set the physical solve runs in a child Python process (the solver's command line, see
+solve_process), which the job follows from the calling thread: it probes the Python, starts the child,
+reads its progress lines and its result as ``progress()`` or ``wait()`` are called. No Python thread
+runs beside Blender's drawing (Blender's documentation: threads left running after a script returns end up
+crashing its drawing code; Blender 3.4 did, now and then, with the thread that used to wait for the child).
+Without a usable Python the solve runs on a worker thread in this process, and the report's notes say so.
 """
 import os
 import queue
@@ -20,6 +23,8 @@ from .errors import LoopInputError, LoopSolveError
 from .solver import sc
 from .vocabulary import METHODS, names
 
+WAIT_SECONDS = 0.1      # ``wait`` looks at the child's output this often
+
 
 def crossfade_result(gathered, seconds):
     """The LoopResult of the crossfade baseline of the source cache (no solve)."""
@@ -34,9 +39,10 @@ class SolveJob:
     """Make the loop of ``gathered`` (scene_io.Gathered) with ``settings`` (scene_io.LoopSettings) by
     ``method``: "physical" (solve.solve) or "crossfade" (the baseline blend of the source cache).
 
-    ``python``: where a physical solve runs: None in this process (the calling or worker thread), "auto"
-    in a child process of the first usable Python of ``solve_process.find_python`` (else in this process,
-    with a note), or the path of the Python to use (probed first, the same way).
+    ``python``: where a physical solve runs: None in this process (``run`` in the calling thread, ``start``
+    on a worker thread), "auto" in a child process of the first usable Python of ``solve_process.Search``
+    (else on a worker thread, with a note), or the path of the Python to use (probed first, the same way).
+    A job in a child process advances only when ``progress()`` or ``wait()`` is called.
 
     Afterwards exactly one of ``q`` + ``report`` (success), ``cancelled`` or ``error`` is set;
     ``where`` says where the solve ran ("process" or "thread"), ``notes`` why not in a process.
@@ -55,37 +61,43 @@ class SolveJob:
         self.error = None
         self.where = None
         self.notes = []
-        self.on_progress = None     # also called with each progress dict (from the solving thread)
+        self.on_progress = None     # also called with each progress dict (from the thread that advances the job)
         self.folder = None          # the child's job folder while it runs (removed afterwards)
         self.child_pid = None
         self._finished = threading.Event()
         self._cancel = threading.Event()
         self._progress = queue.Queue()
         self._thread = None
+        self._search = None         # solve_process.Search while the Python is probed
         self._child = None          # the running solve_process child (a Popen)
-        self._child_lock = threading.Lock()
+        self._output = None         # its solve_process.Output
+        self._lines = []            # its lines of stdout that are not progress lines
+        self._t0 = None
 
     def start(self):
-        """Run the job on a daemon thread."""
-        self._thread = threading.Thread(target=self.run, name="cyclic-loop-solve", daemon=True)
-        self._thread.start()
+        """Start the job and return: a child process's probe, or a worker thread."""
+        self._t0 = time.perf_counter()
+        if self.python is None or self.method == "crossfade":
+            self._start_thread()
+        else:
+            self._search = solve_process.Search(None if self.python == "auto" else [self.python])
+            self._advance()
 
     def run(self):
-        """Run the job in the calling thread."""
-        try:
-            self._solve()
-        except Exception as exc:  # handed to the main thread, which reports it
-            self.error = exc
-        finally:
-            self._finished.set()
+        """Run the job to its end in the calling thread."""
+        if self.python is None or self.method == "crossfade":
+            self._t0 = time.perf_counter()
+            self._run_here()
+        else:
+            self.start()
+            self.wait()
 
     def cancel(self):
-        """Stop the solve: a child process is terminated at once, a solve in a thread stops after its
-        current iteration; nothing will be written."""
+        """Stop the solve: a probe or child process is ended at once (the job is then over), a solve in a
+        thread stops after its current iteration; nothing will be written."""
         self._cancel.set()
-        with self._child_lock:
-            if self._child is not None and self._child.poll() is None:
-                self._child.terminate()
+        if self._search is not None or self._child is not None:
+            self._end()
 
     @property
     def done(self):
@@ -93,10 +105,27 @@ class SolveJob:
 
     def wait(self, timeout=None):
         """Block until the job ends (or ``timeout`` seconds pass); True when it ended."""
-        return self._finished.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._advance()
+            if self._child is not None:
+                try:
+                    self._child.wait(WAIT_SECONDS if left is None else min(WAIT_SECONDS, left))
+                except subprocess.TimeoutExpired:
+                    pass
+            elif self._search is not None:
+                self._search.wait()
+            else:                   # on the worker thread (or not started)
+                return self._finished.wait(left)
+        return True
 
     def progress(self):
-        """Progress dicts (phase, iteration, loss) posted since the last call, oldest first."""
+        """Progress dicts (phase, iteration, loss) posted since the last call, oldest first (a job in a
+        child process advances first)."""
+        self._advance()
         items = []
         while True:
             try:
@@ -117,106 +146,122 @@ class SolveJob:
         if self.on_progress is not None:
             self.on_progress(info)
 
-    def _solve(self):
-        t0 = time.perf_counter()
-        self.where = "thread"
-        if self.method == "crossfade":
-            self._callback(dict(phase="crossfade", iteration=0, loss=float("nan")))
-            q, report = self._report(crossfade_result(self.gathered, time.perf_counter() - t0))
-        else:
-            python = self._python()
-            q, report = self._solve_in_thread() if python is None else self._solve_in_process(python)
-        if self._cancel.is_set() or report is None:
-            self.cancelled = True
-        else:
-            self.q, self.report = q, report
+    def _start_thread(self):
+        self._thread = threading.Thread(target=self._run_here, name="cyclic-loop-solve", daemon=True)
+        self._thread.start()
+
+    def _run_here(self):
+        """The solve in this process (the calling thread or the worker thread)."""
+        try:
+            self.where = "thread"
+            if self.method == "crossfade":
+                self._callback(dict(phase="crossfade", iteration=0, loss=float("nan")))
+                q, report = self._report(crossfade_result(self.gathered, time.perf_counter() - self._t0))
+            else:
+                q, report = self._report(solve.solve(self.gathered, self.settings, callback=self._callback))
+            if self._cancel.is_set() or report is None:
+                self.cancelled = True
+            else:
+                self.q, self.report = q, report
+        except Exception as exc:  # handed to the main thread, which reports it
+            self.error = exc
+        finally:
+            self._finished.set()
 
     def _report(self, result):
         """(q, report) of a LoopResult; report None when it was cancelled."""
         return result.q, None if result.cancelled else solve.report(self.gathered, result, self.notes)
 
-    def _solve_in_thread(self):
-        """(q, report) of solve.solve in this thread."""
-        return self._report(solve.solve(self.gathered, self.settings, callback=self._callback))
+    def _advance(self):
+        """Take a job in a child process as far as it has got: the probe's answer, the child's start, its
+        progress lines, its end."""
+        if self.done or self._thread is not None:
+            return
+        try:
+            if self._search is not None:
+                found = self._search.poll()
+                if found is None:
+                    return
+                self._search = None
+                if not self._launch(found):
+                    return
+            self._read(final=self._child.poll() is not None)
+        except Exception as exc:  # handed to the caller, which reports it
+            self.error = exc
+            self._end()
 
-    def _python(self):
-        """The Python to solve in, or None (solve in this thread; ``notes`` say why when one was wanted)."""
-        if self.python is None:
-            return None
-        if self.python == "auto":
-            python, reason = solve_process.find_python()
-        else:
-            usable, reason = solve_process.probe(self.python)
-            python = self.python if usable else None
+    def _launch(self, found):
+        """Start the child on the Python ``found`` by the probe (True), or the worker thread without one."""
+        python, reason = found
         if python is None:
             print(f"[cyclic-loop] no separate Python for the solver: {reason}", flush=True)
             self.notes.append(advice.python_note(reason))
-        return python
-
-    def _solve_in_process(self, python):
-        """(q, report) of ``python -m solver_core loop`` in a child process ((None, None) when cancelled).
-        Its errors are raised with their messages (exit 2: LoopInputError, 3: LoopSolveError); a child
-        that dies says so."""
+            self._start_thread()
+            return False
         folder = self.folder = files.make_temp_folder()
         paths = {name: os.path.join(folder, name) for name in ("problem.npz", "clip.npy", "result.npz")}
         try:
-            try:
-                sc.save_problem(paths["problem.npz"], self.gathered.problem)
-            except TypeError as exc:
-                print(f"[cyclic-loop] the problem cannot be handed to a separate Python: {exc}", flush=True)
-                self.notes.append(f"{advice.SOLVED_INSIDE}: this model cannot be handed to a separate process")
-                return self._solve_in_thread()
-            np.save(paths["clip.npy"], self.gathered.source)
-            self.where = "process"
-            solve.check(self.settings)
-            with self._child_lock:
-                if self._cancel.is_set():
-                    return None, None
-                child = self._child = solve_process.start(
-                    python, folder, "loop", paths["problem.npz"], "-o", paths["result.npz"], "--clip",
-                    paths["clip.npy"], "--init", self.settings.init, "--max-iters", str(int(self.settings.iterations)),
-                    "--tol", repr(float(self.settings.tolerance)),
-                    "--physics-tol", repr(float(self.settings.physics_tolerance)), "--stop-with-stdin")
-                self.child_pid = child.pid
-            output = []
-            try:
-                for line in child.stdout:
-                    info = sc.parse_progress(line)
-                    if info is not None:
-                        self._post(info)
-                    else:
-                        output.append(line)
-                status = child.wait()
-            finally:
-                self._stop_child()
-            if self._cancel.is_set():
-                return None, None
-            if status == 0:
-                report = dict(solve_process.read_report(output), **solve.about(self.gathered, self.notes))
-                return sc.load_result(paths["result.npz"]).q, report
-            message = solve_process.error_message(folder)
-            if message and status in (2, 3):
-                raise (LoopInputError if status == 2 else LoopSolveError)(message)
-            raise LoopSolveError(f"the solver process stopped unexpectedly (exit status {status}); "
-                                 "see the system console")
-        finally:
+            sc.save_problem(paths["problem.npz"], self.gathered.problem)
+        except TypeError as exc:
+            print(f"[cyclic-loop] the problem cannot be handed to a separate Python: {exc}", flush=True)
+            self.notes.append(f"{advice.SOLVED_INSIDE}: this model cannot be handed to a separate process")
             shutil.rmtree(folder, ignore_errors=True)
+            self._start_thread()
+            return False
+        np.save(paths["clip.npy"], self.gathered.source)
+        self.where = "process"
+        solve.check(self.settings)
+        self._child = solve_process.start(
+            python, folder, "loop", paths["problem.npz"], "-o", paths["result.npz"], "--clip", paths["clip.npy"],
+            "--init", self.settings.init, "--max-iters", str(int(self.settings.iterations)),
+            "--tol", repr(float(self.settings.tolerance)),
+            "--physics-tol", repr(float(self.settings.physics_tolerance)), "--stop-with-stdin")
+        self.child_pid = self._child.pid
+        self._output = solve_process.Output(folder)
+        return True
 
-    def _stop_child(self):
-        """Make sure the child has ended (terminate, then kill) and close its pipes."""
-        with self._child_lock:
-            child, self._child = self._child, None
-        if child is None:
+    def _read(self, final):
+        """Post the child's new progress lines; once it has ended (``final``), take its result or error."""
+        for line in self._output.lines(final):
+            info = sc.parse_progress(line)
+            if info is not None:
+                self._post(info)
+            else:
+                self._lines.append(line)
+        if not final:
             return
-        if child.poll() is None:
-            child.terminate()
+        status = self._child.wait()
+        if status == 0:
+            report = dict(solve_process.read_report(self._lines), **solve.about(self.gathered, self.notes))
+            self.q, self.report = sc.load_result(os.path.join(self.folder, "result.npz")).q, report
+            self._end()
+            return
+        message = solve_process.error_message(self.folder)
+        if message and status in (2, 3):
+            raise (LoopInputError if status == 2 else LoopSolveError)(message)
+        raise LoopSolveError(f"the solver process stopped unexpectedly (exit status {status}); "
+                             "see the system console")
+
+    def _end(self):
+        """Over: the probe or child ended (terminate, then kill), its pipe closed, its folder removed."""
+        if self._search is not None:
+            self._search.stop()
+            self._search = None
+        child, self._child = self._child, None
+        if child is not None:
+            if child.poll() is None:
+                child.terminate()
+                try:
+                    child.wait(5)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
             try:
-                child.wait(5)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        for pipe in (child.stdin, child.stdout):
-            try:
-                pipe.close()
+                child.stdin.close()
             except OSError:
                 pass
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        if self._cancel.is_set() and self.error is None:
+            self.q, self.report, self.cancelled = None, None, True
+        self._finished.set()

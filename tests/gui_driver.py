@@ -7,7 +7,8 @@ post selected (Make Loop disabled, the reason inline), selects the flag (its set
 physics at once, a stale message cleared), clicks Make Loop, presses Esc once the progress bar moves
 (cancel), clicks Make Loop again and lets a short run finish while orbiting the view (a screenshot in
 each phase; a run that stops at its iteration cap), then a run that converges; saving screenshots and
-timing the waits between timer ticks, between viewport redraws and for the GIL (main-thread stalls).
+timing the waits between timer ticks and between viewport redraws (main-thread stalls) and noting
+the Python threads that run meanwhile.
 Every step runs from a timer, so the window keeps handling events between steps; the observations go
 to RESULT_JSON for the test to judge, then Blender quits.
 """
@@ -153,24 +154,6 @@ def sample(run, label):
                                   panel_draws=state["panel_draws"], viewport_draws=state["viewport_draws"]))
 
 
-class GilProbe(threading.Thread):
-    """Sleeps PERIOD seconds over and over and keeps the longest extra wait before it ran again: a
-    waking thread needs the GIL, so this is how long Blender's Python (timers, drawing, operators) can
-    be held up by other Python threads, such as a solver running in Blender's own process."""
-
-    PERIOD = 0.01
-
-    def __init__(self):
-        super().__init__(name="gil-probe", daemon=True)
-        self.stop, self.longest = threading.Event(), 0.0
-
-    def run(self):
-        while not self.stop.is_set():
-            t = time.monotonic()
-            time.sleep(self.PERIOD)
-            self.longest = max(self.longest, time.monotonic() - t - self.PERIOD)
-
-
 def longest_gap(times):
     """The longest time (s) between consecutive entries of ``times`` (None: a break, not counted)."""
     return max((b - a for a, b in zip(times, times[1:]) if a is not None and b is not None), default=float("inf"))
@@ -258,11 +241,11 @@ def steps():
     yield from click_make_loop(run)
     result["run2_started"] = run.running
     deadline = time.monotonic() + TIMEOUT
-    ticks, draws_from, probe = [], len(state["draw_times"]), GilProbe()
+    ticks, draws_from, threads = [], len(state["draw_times"]), set()
     pending = None          # (screenshot name, panel draws when its phase was seen)
-    probe.start()
     while run.running and time.monotonic() < deadline:
         ticks.append(time.monotonic())
+        threads.update(t.name for t in threading.enumerate())
         result["run2_solving_in"] = solving_in() or result.get("run2_solving_in")
         sample(run, "run2")
         if len(ticks) % ORBIT_TICKS == 0:
@@ -280,10 +263,11 @@ def steps():
             ticks.append(None)      # the screenshot's own wait is not a stall of the window
         elif run.running and not pending and shot and shot not in result["screenshots"] and (
                 run.phase != "gauss_newton" or run.time_text.endswith(" left")):
-            # The screenshot shows what was last drawn. While the solve's thread runs: ask for a redraw and
-            # shoot after it (Blender's wm.redraw_timer draws at once; Blender 3.4 crashed once in five runs
-            # while it did so beside the solve's Python thread). Reading the scene (before that thread starts)
-            # and writing (one tick of the operator, after it ended) are too short to wait for: drawn at once.
+            # The screenshot shows what was last drawn. While the solve runs: ask for a redraw and shoot
+            # after it (Blender's wm.redraw_timer draws at once; Blender 3.4 crashed once in five runs while it
+            # did so beside the Python thread that once waited for the solve). Reading the scene (before the
+            # solve starts) and writing (one tick of the operator, after it ended) are too short to wait for:
+            # drawn at once.
             if run.phase in ("gather", "write"):
                 with bpy.context.temp_override(window=window, area=area):
                     bpy.ops.wm.redraw_timer(type="DRAW_WIN_SWAP", iterations=1)
@@ -296,10 +280,8 @@ def steps():
         yield
     if pending:                 # the run ended before its last phase was drawn: shoot what is shown
         screenshot(pending[0])
-    probe.stop.set()
-    probe.join()
     sample(run, "run2")
-    result["run2_longest_gil_wait"] = probe.longest
+    result["run2_python_threads"] = sorted(threads)
     # Main-thread stalls during the solve: the longest wait between this scenario's timer ticks
     # (TICK apart when the window is idle) and between viewport redraws (orbits, ORBIT_TICKS apart).
     times = [t for t in ticks if t is not None]

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -214,6 +215,43 @@ def test_child_process_solves_like_the_thread(installed):
     assert strip(in_process.report) == strip(in_thread.report)
     # The child's progress lines arrive as the thread's callbacks do.
     assert in_process.progress() == in_thread.progress() != []
+
+
+def test_a_job_in_a_child_process_runs_no_thread(installed):
+    """The modal Make Loop follows the child from Blender's timer (``progress``): no Python thread runs
+    beside Blender's drawing while it solves, from the probe to the result."""
+    obj, settings = open_sample("flag")
+    before = set(threading.enumerate())
+    job = quick_job(obj, settings, iterations=3, python="auto")
+    job.start()
+    seen, threads = [], set()
+    deadline = time.monotonic() + 120
+    while not job.done and time.monotonic() < deadline:
+        seen += job.progress()
+        threads |= set(threading.enumerate()) - before
+        time.sleep(0.02)
+    assert job.done and job.error is None and job.q is not None and job.where == "process"
+    assert threads == set()
+    assert [info["phase"] for info in seen][-1] == "gauss_newton"
+
+
+def test_the_python_search_does_not_block(installed, tmp_path):
+    """A slow Python is probed in a child process that ``poll`` only looks at: each call returns at once,
+    the answer comes when the probe ends, and it is kept for the session."""
+    solve_process = addon_module("solve_process")
+    slow = tmp_path / "python"
+    slow.write_text("#!/bin/sh\nsleep 2\necho 'ModuleNotFoundError: No module named scipy' >&2\nexit 1\n")
+    slow.chmod(0o755)
+    search = solve_process.Search([str(slow)])
+    t0 = time.monotonic()
+    assert search.poll() is None and search.poll() is None
+    assert time.monotonic() - t0 < 1.0
+    python, reason = search.wait()
+    assert time.monotonic() - t0 >= 2.0
+    assert python is None and reason == f"{slow} cannot run the solver (ModuleNotFoundError: No module named scipy)"
+    t1 = time.monotonic()
+    assert solve_process.Search([str(slow)]).poll() == (None, reason)
+    assert time.monotonic() - t1 < 0.5
 
 
 def test_cancel_terminates_the_child_and_writes_nothing(installed):

@@ -64,16 +64,19 @@ def test_esc_cancels_and_leaves_scene_unchanged(gui_run):
 def test_solve_runs_in_a_child_process_while_the_view_is_used(gui_run):
     """Make Loop hands the solve to a child Python (Debian's Blender runs on the system Python 3.11, so
     there is one): the solver's numpy / SciPy work then never holds the GIL that Blender's Python
-    (timers, panel drawing, the modal operator) needs. The view is orbited every half second meanwhile.
+    (timers, panel drawing, the modal operator) needs, and the operator's timer follows the child, so no
+    Python thread runs beside Blender's drawing (Blender 3.4 crashed now and then with the one that
+    waited for the child). The view is orbited every half second meanwhile.
 
-    The measured waits (for the GIL, between timer ticks, between viewport redraws) are printed (-s)
-    but not asserted: under Xvfb a viewport redraw is software OpenGL (0.3 s to 0.5 s on a loaded
-    2-core machine) and the driver's own screenshot holds the GIL, so they measure the machine more
+    The measured waits (between timer ticks, between viewport redraws) are printed (-s) but not
+    asserted: under Xvfb a viewport redraw is software OpenGL (0.3 s to 0.5 s on a loaded 2-core
+    machine) and the driver's own screenshot holds the main thread, so they measure the machine more
     than the add-on."""
     assert gui_run["run1_solving_in"] == gui_run["run2_solving_in"] == "process"
+    assert gui_run["run2_python_threads"] == ["MainThread"]
     assert gui_run["orbits"] and set(gui_run["orbits"]) == {"FINISHED"}
-    print(f"\nrun 2: {gui_run['run2_seconds']:.1f} s solving in a child process; longest waits: for the GIL "
-          f"{gui_run['run2_longest_gil_wait']:.3f} s, between timer ticks {gui_run['run2_longest_tick_gap']:.3f} s, "
+    print(f"\nrun 2: {gui_run['run2_seconds']:.1f} s solving in a child process; longest waits: "
+          f"between timer ticks {gui_run['run2_longest_tick_gap']:.3f} s, "
           f"between viewport redraws {gui_run['run2_longest_draw_gap']:.3f} s")
 
 
