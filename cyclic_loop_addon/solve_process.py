@@ -83,11 +83,15 @@ class Search:
                     self._reasons.append(reason)
         return self.found
 
-    def wait(self):
-        """Block until ``poll()`` has its answer, and return it."""
+    def wait(self, timeout=None):
+        """Block until ``poll()`` has its answer and return it (None when ``timeout`` seconds pass first)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
+            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if left <= 0:
+                return None
             try:
-                self._running[1].wait(0.1)
+                self._running[1].wait(left)
             except subprocess.TimeoutExpired:
                 pass
         return self.found

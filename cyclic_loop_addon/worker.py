@@ -23,7 +23,7 @@ from .errors import LoopInputError, LoopSolveError
 from .solver import sc
 from .vocabulary import METHODS, names
 
-WAIT_SECONDS = 0.1      # ``wait`` looks at the child's output this often
+WAIT_SECONDS = 0.1      # ``wait`` looks at the probe and the child's output this often
 
 
 def crossfade_result(gathered, seconds):
@@ -111,13 +111,14 @@ class SolveJob:
             if left is not None and left <= 0:
                 return False
             self._advance()
+            step = WAIT_SECONDS if left is None else min(WAIT_SECONDS, left)
             if self._child is not None:
                 try:
-                    self._child.wait(WAIT_SECONDS if left is None else min(WAIT_SECONDS, left))
+                    self._child.wait(step)
                 except subprocess.TimeoutExpired:
                     pass
             elif self._search is not None:
-                self._search.wait()
+                self._search.wait(step)
             else:                   # on the worker thread (or not started)
                 return self._finished.wait(left)
         return True
