@@ -72,12 +72,15 @@ class SolveJob:
         self._child = None          # the running solve_process child (a Popen)
         self._output = None         # its solve_process.Output
         self._lines = []            # its lines of stdout that are not progress lines
-        self._t0 = None
+
+    @property
+    def _in_this_process(self):
+        """True when the job runs in this process (no ``python``, or the crossfade, which solves nothing)."""
+        return self.python is None or self.method == "crossfade"
 
     def start(self):
         """Start the job and return: a child process's probe, or a worker thread."""
-        self._t0 = time.perf_counter()
-        if self.python is None or self.method == "crossfade":
+        if self._in_this_process:
             self._start_thread()
         else:
             self._search = solve_process.Search(None if self.python == "auto" else [self.python])
@@ -85,8 +88,7 @@ class SolveJob:
 
     def run(self):
         """Run the job to its end in the calling thread."""
-        if self.python is None or self.method == "crossfade":
-            self._t0 = time.perf_counter()
+        if self._in_this_process:
             self._run_here()
         else:
             self.start()
@@ -153,11 +155,12 @@ class SolveJob:
 
     def _run_here(self):
         """The solve in this process (the calling thread or the worker thread)."""
+        t0 = time.perf_counter()
         try:
             self.where = "thread"
             if self.method == "crossfade":
                 self._callback(dict(phase="crossfade", iteration=0, loss=float("nan")))
-                q, report = self._report(crossfade_result(self.gathered, time.perf_counter() - self._t0))
+                q, report = self._report(crossfade_result(self.gathered, time.perf_counter() - t0))
             else:
                 q, report = self._report(solve.solve(self.gathered, self.settings, callback=self._callback))
             if self._cancel.is_set() or report is None:
