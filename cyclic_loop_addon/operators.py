@@ -2,8 +2,8 @@
 into the scene's run state), Cancel, Restore Simulation and Physics Defaults.
 
 Everything that touches bpy data runs here on the main thread: gathering before the solve, writing after
-it. Cancel or failure writes nothing. In the modal run the physical solve runs in a child Python process
-(worker.SolveJob, solve_process) so that the solver's numpy / SciPy work does not hold the GIL the
+it. Cancel or failure writes nothing. In the modal run the job (solve or crossfade) runs in a child Python
+process (worker.SolveJob, solve_process) so that the solver's numpy / SciPy work does not hold the GIL the
 interface needs, and the timer reads its progress and result: no Python thread runs beside Blender's
 drawing. Without a usable Python it solves on a worker thread (the message says so).
 From scripts and in background mode (no event loop, timers never fire; nothing to keep responsive)

@@ -2,12 +2,13 @@
 comes in as numpy, progress goes out as dicts, the modal operator's timer follows the job
 (``progress()``) and a script runs it to the end (``run()``).
 
-With ``python`` set the physical solve runs in a child Python process (the solver's command line, see
-solve_process), which the job follows from the calling thread: it probes the Python, starts the child,
-reads its progress lines and its result as ``progress()`` or ``wait()`` are called. No Python thread
-runs beside Blender's drawing (Blender's documentation: threads left running after a script returns end up
-crashing its drawing code; Blender 3.4 did, now and then, with the thread that used to wait for the child).
-Without a usable Python the solve runs on a worker thread in this process, and the report's notes say so.
+With ``python`` set the job (the physical solve or the crossfade) runs in a child Python process (the
+solver's command line, see solve_process), which the job follows from the calling thread: it probes the
+Python, starts the child, reads its progress lines and its result as ``progress()`` or ``wait()`` are
+called. No Python thread runs beside Blender's drawing (Blender's documentation: threads left running after
+a script returns end up crashing its drawing code; Blender 3.4 did, now and then, with the thread that used
+to wait for the child). Without a usable Python it runs on a worker thread in this process, and the
+report's notes say so.
 """
 import os
 import queue
@@ -26,20 +27,11 @@ from .vocabulary import METHODS, names
 WAIT_SECONDS = 0.1      # ``wait`` looks at the probe and the child's output this often
 
 
-def crossfade_result(gathered, seconds):
-    """The LoopResult of the crossfade baseline of the source cache (no solve)."""
-    prob = gathered.problem
-    q = sc.crossfade_loop(gathered.source)
-    steps = prob.steps_of(q)
-    return sc.LoopResult(q=q, q_steps=steps, initial_guess=steps, init_used="crossfade", seconds=seconds,
-                         metrics=dict(loop=sc.loop_metrics(prob, steps)))
-
-
 class SolveJob:
     """Make the loop of ``gathered`` (scene_io.Gathered) with ``settings`` (scene_io.LoopSettings) by
     ``method``: "physical" (solve.solve) or "crossfade" (the baseline blend of the source cache).
 
-    ``python``: where a physical solve runs: None in this process (``run`` in the calling thread, ``start``
+    ``python``: where the job runs: None in this process (``run`` in the calling thread, ``start``
     on a worker thread), "auto" in a child process of the first usable Python of ``solve_process.Search``
     (else on a worker thread, with a note), or the path of the Python to use (probed first, the same way).
     A job in a child process advances only when ``progress()`` or ``wait()`` is called.
@@ -73,14 +65,9 @@ class SolveJob:
         self._output = None         # its solve_process.Output
         self._lines = []            # its lines of stdout that are not progress lines
 
-    @property
-    def _in_this_process(self):
-        """True when the job runs in this process (no ``python``, or the crossfade, which solves nothing)."""
-        return self.python is None or self.method == "crossfade"
-
     def start(self):
         """Start the job and return: a child process's probe, or a worker thread."""
-        if self._in_this_process:
+        if self.python is None:
             self._start_thread()
         else:
             self._search = solve_process.Search(None if self.python == "auto" else [self.python])
@@ -88,7 +75,7 @@ class SolveJob:
 
     def run(self):
         """Run the job to its end in the calling thread."""
-        if self._in_this_process:
+        if self.python is None:
             self._run_here()
         else:
             self.start()
@@ -155,12 +142,11 @@ class SolveJob:
 
     def _run_here(self):
         """The solve in this process (the calling thread or the worker thread)."""
-        t0 = time.perf_counter()
         try:
             self.where = "thread"
             if self.method == "crossfade":
                 self._callback(dict(phase="crossfade", iteration=0, loss=float("nan")))
-                q, report = self._report(crossfade_result(self.gathered, time.perf_counter() - t0))
+                q, report = self._report(sc.crossfade_clip(self.gathered.problem, self.gathered.source))
             else:
                 q, report = self._report(solve.solve(self.gathered, self.settings, callback=self._callback))
             if self._cancel.is_set() or report is None:
@@ -217,7 +203,7 @@ class SolveJob:
         solve.check(self.settings)
         self._child = solve_process.start(
             python, folder, "loop", paths["problem.npz"], "-o", paths["result.npz"], "--clip", paths["clip.npy"],
-            "--init", self.settings.init, "--max-iters", str(int(self.settings.iterations)),
+            "--method", self.method, "--init", self.settings.init, "--max-iters", str(int(self.settings.iterations)),
             "--tol", repr(float(self.settings.tolerance)),
             "--physics-tol", repr(float(self.settings.physics_tolerance)), "--stop-with-stdin")
         self.child_pid = self._child.pid

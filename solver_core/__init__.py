@@ -9,7 +9,7 @@ from .fast_projection import fast_projection, FastProjectionDiverged
 from .gauss_newton import GaussNewton
 from .loop import make_loop, LoopResult, TOL, PHYSICS_TOL, MAX_ITERS, INITS
 from .result import Result, halts
-from .clip_loop import loop_clip, check_init, LoopFailed, CLIP_INITS
+from .clip_loop import loop_clip, crossfade_clip, check_init, LoopFailed, CLIP_INITS
 from .report import loop_report, format_report, progress_line, parse_progress, versions
 from .baselines import forward_loop, crossfade_loop
 from .metrics import loop_metrics

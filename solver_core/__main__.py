@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from .clip_loop import CLIP_INITS, LoopFailed, loop_clip
+from .clip_loop import CLIP_INITS, LoopFailed, crossfade_clip, loop_clip
 from .io import load_problem, save_result
 from .linsolve import BACKENDS
 from .loop import MAX_ITERS, PHYSICS_TOL, TOL, make_loop
@@ -49,8 +49,9 @@ def _check_output(problem, output):
 
 def cmd_loop(args):
     _check_output(args.problem, args.output)
-    if args.init == "cache" and args.clip is None:
-        raise ValueError("--init cache starts from the clip: give it with --clip CLIP.npy")
+    if args.clip is None and (args.init == "cache" or args.method == "crossfade"):
+        what = "--method crossfade blends" if args.method == "crossfade" else "--init cache starts from"
+        raise ValueError(f"{what} the clip: give it with --clip CLIP.npy")
     if args.stop_with_stdin:
         _quit_with_parent()
     prob = load_problem(args.problem)
@@ -58,9 +59,19 @@ def cmd_loop(args):
     options = dict(init=args.init, max_iters=args.max_iters, tol=args.tol, physics_tol=args.physics_tol,
                    backend=args.backend, callback=callback)
     clip = None if args.clip is None else np.load(args.clip, allow_pickle=False)
-    res = make_loop(prob, **options) if clip is None else loop_clip(prob, clip, **options)
+    if args.method == "crossfade":
+        res = _crossfade(prob, clip, callback)
+    else:
+        res = make_loop(prob, **options) if clip is None else loop_clip(prob, clip, **options)
     save_result(args.output, res)
     print(json.dumps(loop_report(prob, res, clip), indent=2))
+
+
+def _crossfade(prob, clip, callback):
+    """The crossfade baseline's LoopResult, announced as one progress line (loss not measured: nan)."""
+    if callback is not None:
+        callback(dict(phase="crossfade", iteration=0, loss=float("nan")))
+    return crossfade_clip(prob, clip)
 
 
 def cmd_versions(args):
@@ -99,6 +110,8 @@ def main(argv=None):
     p.add_argument("--clip", metavar="CLIP.npy",
                    help="the simulated clip (n_frames, n, 3) the problem was taken from: the start when the "
                         "forward simulation fails, and the report's source column")
+    p.add_argument("--method", default="physical", choices=["physical", "crossfade"],
+                   help="physical: solve the loop; crossfade: the baseline blend of --clip, no solve")
     p.add_argument("--init", default="fast_projection", choices=CLIP_INITS,
                    help="initial guess (cache: a crossfade of --clip)")
     p.add_argument("--max-iters", type=int, default=MAX_ITERS)

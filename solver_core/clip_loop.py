@@ -1,13 +1,16 @@
 """A loop made from a simulated clip (a Blender cache, say): ``make_loop`` that can start from the clip
-itself, falls back to it when the solver's own forward simulation fails, and refuses a diverged loop."""
+itself, falls back to it when the solver's own forward simulation fails, and refuses a diverged loop; and
+the crossfade baseline of such a clip."""
+import time
+
 import numpy as np
 
 from .baselines import crossfade_loop
 from .forward import SimulationFailed, simulate
 from .gauss_newton import choose_backend
 from .linsolve import make_backend
-from .loop import INITS, MAX_ITERS, PHYSICS_TOL, TOL, make_loop, on_solver_grid, shifted_callback
-from .metrics import unseen, wrap_ratio
+from .loop import INITS, MAX_ITERS, PHYSICS_TOL, TOL, LoopResult, make_loop, on_solver_grid, shifted_callback
+from .metrics import loop_metrics, unseen, wrap_ratio
 from .residual import loss
 from .result import halts
 
@@ -36,6 +39,16 @@ RACE_FROM = 3
 BEHIND = 10.0
 START_NAMES = dict(cache="cache", forward="simulation")   # the starts in the result's message
 DIVERGED_EXTENT = 10.0  # a loop reaching this many clip sizes away from the clip has diverged
+
+
+def crossfade_clip(prob, clip):
+    """The LoopResult of the crossfade baseline of ``clip`` (no solve), with its metrics under ``prob``."""
+    t0 = time.perf_counter()
+    q = crossfade_loop(clip)
+    steps = prob.steps_of(q)
+    metrics = dict(loop=loop_metrics(prob, steps))
+    return LoopResult(q=q, q_steps=steps, initial_guess=steps, init_used="crossfade", metrics=metrics,
+                      seconds=time.perf_counter() - t0)
 
 
 class LoopFailed(RuntimeError):

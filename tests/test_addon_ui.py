@@ -1,6 +1,7 @@
 """The extension in the bpy module: built with build_extension.py, installed by Blender's extension
 machinery into a temporary repository, registered / unregistered / registered again, and Make Loop run
 end to end (inline: the bpy module has no event loop, so the modal path is tested under Xvfb)."""
+import json
 import os
 import signal
 import subprocess
@@ -233,6 +234,30 @@ def test_a_job_in_a_child_process_runs_no_thread(installed):
     assert job.done and job.error is None and job.q is not None and job.where == "process"
     assert threads == set()
     assert [info["phase"] for info in seen][-1] == "gauss_newton"
+
+
+def test_the_crossfade_runs_in_the_child_too(installed):
+    """The panel's Crossfade method (a blend and its metrics: seconds on a large cloth) runs in the child
+    process like a solve: no thread beside Blender's drawing, the same loop and report as in this process."""
+    obj, settings = open_sample("flag")
+    before = set(threading.enumerate())
+    in_process = quick_job(obj, settings, python="auto", method="crossfade")
+    in_process.start()
+    seen, threads = [], set()
+    deadline = time.monotonic() + 120
+    while not in_process.done and time.monotonic() < deadline:
+        seen += in_process.progress()
+        threads |= set(threading.enumerate()) - before
+        time.sleep(0.02)
+    in_thread = quick_job(obj, settings, method="crossfade")
+    in_thread.run()
+    assert in_process.error is None and in_thread.error is None and threads == set()
+    assert (in_process.where, in_thread.where) == ("process", "thread")
+    assert np.array_equal(in_process.q, in_thread.q)
+    strip = lambda rep: json.dumps({k: v for k, v in rep.items() if k != "seconds"}, sort_keys=True)  # noqa: E731
+    assert strip(in_process.report) == strip(in_thread.report)      # as text: its losses are nan
+    assert in_process.report["init_used"] == "crossfade" and in_process.report["gauss_newton_iterations"] == 0
+    assert [info["phase"] for info in seen] == [info["phase"] for info in in_thread.progress()] == ["crossfade"]
 
 
 def test_the_python_search_does_not_block(installed, tmp_path):

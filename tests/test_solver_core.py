@@ -353,6 +353,23 @@ def test_command_line_solves_a_saved_problem(tmp_path):
     assert sc.load_result(tmp_path / "r.npz").q.shape == (40, 3, 3)
 
 
+def test_command_line_crossfade_blends_the_clip_without_a_solve(tmp_path):
+    prob = nbody_problem(3, seed=1, n_frames=40, perturbation=0.005)
+    clip = sc.simulate(prob)
+    sc.save_problem(tmp_path / "p.npz", prob)
+    np.save(tmp_path / "clip.npy", clip)
+    cmd = [sys.executable, "-m", "solver_core", "loop", str(tmp_path / "p.npz"), "-o", str(tmp_path / "r.npz"),
+           "--method", "crossfade"]
+    refused = subprocess.run(cmd, capture_output=True, text=True)
+    assert refused.returncode == 2 and "--method crossfade blends the clip: give it with --clip" in refused.stderr
+    out = subprocess.run([*cmd, "--clip", str(tmp_path / "clip.npy")], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[0] == "[crossfade] iteration    0  loss nan"
+    assert "[gauss_newton]" not in out.stdout and "[fast_projection]" not in out.stdout
+    report = json.loads(out.stdout[out.stdout.index("{\n"):])
+    assert report["init_used"] == "crossfade" and report["gauss_newton_iterations"] == 0
+    np.testing.assert_array_equal(sc.load_result(tmp_path / "r.npz").q, sc.crossfade_loop(clip))
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(n_frames=3), "at least 4 frames"),
     (dict(dt=0.0), "dt must be"),
