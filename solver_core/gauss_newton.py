@@ -209,12 +209,13 @@ class _AccelerationSchedule:
 class GaussNewton:
     """Minimizes ``loss(prob, q)`` over the free unknowns of ``prob`` by Levenberg–Marquardt.
 
-    Each direction solves (J^T B J + lambda D) d = -g, with D the inertia part of the Gauss–Newton
-    diagonal (6 m / h^3 per coordinate: an isotropic metric in the mass norm), and is taken when the
-    loss falls by at least a fraction of the quadratic model's prediction. lambda follows the ratio
+    Each direction solves (J^T B J + lambda D) d = -g, with D the damping metric (``residual.damping_metric``:
+    the inertia part of the Gauss–Newton diagonal, 6 m / h^3 per coordinate, isotropic in the mass norm, plus
+    the smoothing Laplacian of the model's mesh, which damps rough steps more than smooth ones), and is taken
+    when the loss falls by at least a fraction of the quadratic model's prediction. lambda follows the ratio
     rho of actual to predicted decrease (Nielsen's rule: shrunk after good steps, doubled with a growing
-    factor after rejected ones), a trust region in the mass metric. Measured on the flag at scale 0.25
-    from its forward simulation (exact solves, 100 iterations): loss 8.56 with this metric, 21.3 with
+    factor after rejected ones), a trust region in that metric. Measured on the flag at scale 0.25
+    from its forward simulation (exact solves, 100 iterations): loss 8.56 with the inertia metric, 21.3 with
     Marquardt's diag(H) and 10.8 with the earlier line search and diag(H) damping.
 
     One instance keeps its backend (linsolve's protocol: direct or structured, and so a symbolic

@@ -2,7 +2,7 @@
 
 ``make_backend("auto" | "cholmod" | "scipy" | "structured")`` returns a backend that Gauss–Newton
 drives the same way whatever it is: ``bind(prob)`` once; per iteration ``g = linearize(q, u)``,
-``direction(g, damping)`` (the step solving (J^T B J + damping D) d = -g, D the inertia metric) and
+``direction(g, damping)`` (the step solving (J^T B J + damping D) d = -g, D ``residual.damping_metric``) and
 ``apply(d)`` (the Gauss–Newton product); ``residual_gradient(u)`` (J^T B u for any residual array u, at the
 last linearization); ``tighten()`` when an inexact direction stalled (False: it
 cannot); ``inexact``; ``truncated`` (the last direction's solve stopped at its cap short of its tolerance);
@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from .forward import recycled_heap
-from .residual import ResidualJacobian, inertia_metric, penalty_terms, residual_steps
+from .residual import ResidualJacobian, damping_metric, penalty_terms, residual_steps
 from .structured_solve import StructuredBackend, cholmod, pcg   # cholmod: None without scikit-sparse
 
 
@@ -37,6 +37,29 @@ def _penalty_gradient_and_diagonal(prob, q, free_flat):
         grad[j * dof:(j + 1) * dof] += w3 * (q[j] - target).ravel()
         diag[j * dof:(j + 1) * dof] += w3
     return grad[free_flat], diag[free_flat]
+
+
+def entry_positions(H, D):
+    """The positions in the data of the CSC matrix ``H`` (sorted indices) of the entries of the CSC matrix ``D``
+    (in D's data order), None unless H's pattern holds D's."""
+    if H.format != "csc" or not H.has_sorted_indices:
+        return None
+    n = np.int64(H.shape[0])
+    keys = np.repeat(np.arange(H.shape[1], dtype=np.int64), np.diff(H.indptr)) * n + H.indices
+    wanted = np.repeat(np.arange(D.shape[1], dtype=np.int64), np.diff(D.indptr)) * n + D.indices
+    where = np.minimum(np.searchsorted(keys, wanted), keys.size - 1)
+    return where if np.array_equal(keys[where], wanted) else None
+
+
+def plus_scaled(H, D, scale, positions):
+    """CSC ``H + scale D`` (a new matrix, ``H`` kept): on H's own pattern at D's ``entry_positions`` when given."""
+    if positions is None:
+        return (H + scale * D).tocsc()
+    data = H.data.copy()
+    data[positions] += scale * D.data      # distinct positions: D is canonical
+    out = sp.csc_matrix((data, H.indices, H.indptr), shape=H.shape)
+    out.has_sorted_indices = H.has_sorted_indices
+    return out
 
 
 def diagonal_positions(H):
@@ -94,10 +117,10 @@ class DirectBackend:
         self._factored_for = (lambda: None, 0.0, 0.0)   # (weak reference to the matrix without damping, damping,
         # Levenberg shift) of the last factorization
         self.factorizations, self.reused, self.reuse_cg_iterations = 0, 0, []
-        self.metric = inertia_metric(prob)
+        self.metric = damping_metric(prob)
         self._jac = None
         self._H = self._J = None
-        self._positions = None   # ``diagonal_positions`` of _H
+        self._positions = None   # ``entry_positions`` of the metric in _H
 
     @property
     def jac(self):
@@ -108,7 +131,8 @@ class DirectBackend:
 
     def system(self, q, u=None):
         """(H, g): Gauss–Newton matrix J^T B J + K^T C K and gradient J^T B u + K^T C g at q (u: the
-        residual at q, computed when not given)."""
+        residual at q, computed when not given); the damping metric becomes q's (its contacts)."""
+        self.metric = damping_metric(self.prob, q)
         with recycled_heap():
             J = self._J = self.jac.assemble(q)
             g = self.residual_gradient(residual_steps(self.prob, q) if u is None else u)
@@ -119,7 +143,7 @@ class DirectBackend:
         return H, g + pg
 
     def solve_system(self, H, g, damping=0.0):
-        """Solve (H + damping D) d = -g, D the inertia metric; if singular, retry with a growing Levenberg shift.
+        """Solve (H + damping D) d = -g, D the damping metric; if singular, retry with a growing Levenberg shift.
 
         With ``reuse`` and a factorization at hand (of an earlier iteration's matrix or damping), conjugate
         gradients preconditioned by it are tried first: to a relative residual of ``REUSE_RTOL`` within
@@ -134,7 +158,8 @@ class DirectBackend:
             return -self.solve(g)   # the factor of this very system (the geodesic acceleration's solve)
         undamped = H
         if damping > 0:
-            H = plus_diagonal(H, damping * self.metric, self._positions if H is self._H else diagonal_positions(H))
+            positions = self._positions if H is self._H else entry_positions(H, self.metric)
+            H = plus_scaled(H, self.metric, damping, positions)
         if self.reuse and self._factored and not self._far(undamped, damping):
             d, iterations, converged = pcg(H.dot, -g, self.solve, REUSE_RTOL, REUSE_CG_ITERS, pace=REUSE_PACE)
             self.reuse_cg_iterations.append(iterations)
@@ -164,7 +189,7 @@ class DirectBackend:
     def linearize(self, q, u):
         """Gradient at q with residual u; assembles the matrix of the next ``direction`` solves."""
         self._H, g = self.system(q, u)
-        self._positions = diagonal_positions(self._H)
+        self._positions = entry_positions(self._H, self.metric)
         return g
 
     def direction(self, g, damping=0.0):

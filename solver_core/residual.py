@@ -9,6 +9,14 @@ import scipy.sparse as sp
 
 from . import scheme
 
+# Levenberg–Marquardt's metric damps rough steps more than smooth ones: the mesh's graph Laplacian times this,
+# beside the inertia diagonal (``damping_metric``). Gauss–Newton on a near-inextensible membrane takes spiky
+# steps (single vertices out of the cloth's plane, which stretch it at second order, unseen by the model) and
+# crawls; damping them in the metric of the mesh's gradients (a Sobolev metric) lets the smooth steps through.
+# Swinging cloth at scale 0.25 from its crossfade, make_loop to its stop: 0 -> 233 iterations, loss 0.775;
+# 0.1 -> 167, 0.764; 1 -> 107, 0.746; 3 -> 92, 0.736; 10 -> 86, 0.771 (the wrap at 1.5x: the soft phase).
+SMOOTHING = 2.0
+
 # positions per batch of residual rows: the force models' temporaries are ~80x this (a 2,000-vertex cloth: 87 frames)
 _BATCH_COORDINATES = 2 ** 19
 
@@ -75,6 +83,41 @@ def inertia_metric(prob):
     Levenberg–Marquardt damping ``lambda * inertia_metric`` is isotropic in the mass norm."""
     free = prob.free_mask()
     return np.broadcast_to((6.0 * prob.model.mass / prob.h ** 3)[None, :, None], free.shape)[free]
+
+
+def damping_metric(prob, q=None, smoothing=None):
+    """Levenberg–Marquardt's metric D (CSC) on the free unknowns: the inertia diagonal (``inertia_metric``) plus
+    ``smoothing`` (None: SMOOTHING) times the graph Laplacian of the model's mesh (``Model.mesh_edges``) in every
+    step and coordinate, an edge weighing 6 m / h^3 with m the mean of its ends' masses; an edge to a fixed
+    vertex (a pin) adds its free end's diagonal only. At a trajectory ``q`` an edge is left out in the steps
+    where one of its ends touches a collider (``Model.touching``): a contact moves single vertices, and damping
+    their rough steps more made contact crawls longer (a 12-vertex cloth on a floor, 4 random starts: 2.4x the
+    iterations with those edges, 1.7x without); their entries stay, zero, so D's pattern does not change with q. Without a mesh (N bodies) D
+    is the inertia diagonal."""
+    smoothing = SMOOTHING if smoothing is None else smoothing
+    free = prob.free_mask()
+    n_free = int(free.sum())
+    column = np.full(free.shape, -1, dtype=np.int64)
+    column[free] = np.arange(n_free)
+    diagonal = inertia_metric(prob)
+    edges = prob.model.mesh_edges()
+    if smoothing == 0 or len(edges) == 0:
+        return sp.diags(diagonal, format="csc")
+    mass = prob.model.mass
+    weight = smoothing * 3.0 * (mass[edges[:, 0]] + mass[edges[:, 1]]) / prob.h ** 3
+    a, b = column[:, edges[:, 0]], column[:, edges[:, 1]]        # (n_steps, E, 3)
+    w = np.broadcast_to(weight[None, :, None], a.shape)
+    touching = None if q is None else prob.model.touching(q, prob.step_times(np.arange(prob.n_steps)))
+    if touching is not None:
+        apart = ~(touching[:, edges[:, 0]] | touching[:, edges[:, 1]])
+        w = w * apart[:, :, None]
+    both = (a >= 0) & (b >= 0)
+    rows = np.concatenate([a[a >= 0], b[b >= 0], a[both], b[both], np.arange(n_free)])
+    cols = np.concatenate([a[a >= 0], b[b >= 0], b[both], a[both], np.arange(n_free)])
+    values = np.concatenate([w[a >= 0], w[b >= 0], -w[both], -w[both], diagonal])
+    metric = sp.csc_matrix((values, (rows, cols)), shape=(n_free, n_free))
+    metric.sum_duplicates()
+    return metric
 
 
 class ResidualJacobian:

@@ -30,7 +30,7 @@ import scipy.sparse.linalg as spla
 
 from . import scheme
 from .forward import recycled_heap, single_threaded_blas
-from .residual import block_gram, inertia_metric, penalty_terms
+from .residual import block_gram, damping_metric, penalty_terms
 
 try:
     from sksparse import cholmod
@@ -323,7 +323,7 @@ class SweepPreconditioner:
         self._blocks = {o: [op.frame_part(o, j, sweep=True) for j in range(op.n_steps)]
                         for o in (0, -1) if o in op.sweep_values}
 
-    def damp(self, shift):
+    def damp(self, damping, metric):
         """The sweep cannot hold the damping (T^T B T + lambda D has no sweep): PCG takes it."""
 
     def _block(self, o, j, x, transpose=False):
@@ -374,16 +374,17 @@ class BlockPreconditioner:
         self._pattern = None
         self._blocks = None      # the block-diagonal part of H at the last linearization (CSC)
         self._diagonal = None    # its diagonal
-        self._shift = np.zeros(op.n_free)   # the damping lambda D the factor holds
+        self._damping, self._metric = 0.0, None   # the damping lambda D the factor holds
 
-    def damp(self, shift):
-        """Precondition H + diag(``shift``) (the Levenberg–Marquardt damping lambda D): refactorize the blocks
-        with ``shift`` where it changes the blocks' diagonal by more than DAMPED_REFACTOR times (either way)
-        from the one factorized; else keep the factor."""
-        held = self._diagonal + self._shift
-        wanted = self._diagonal + shift
+    def damp(self, damping, metric):
+        """Precondition H + ``damping`` D, D the damping ``metric`` (block-diagonal in time, like H's blocks):
+        refactorize the blocks with it where it changes their diagonal by more than DAMPED_REFACTOR times
+        (either way) from the one factorized; else keep the factor."""
+        diagonal = metric.diagonal()
+        held = self._diagonal + (0.0 if self._metric is None else self._damping * self._metric.diagonal())
+        wanted = self._diagonal + damping * diagonal
         if np.max(np.maximum(held / wanted, wanted / held)) > DAMPED_REFACTOR:
-            self._shift = np.array(shift, dtype=float)
+            self._damping, self._metric = float(damping), metric
             self._factorize()
 
     def matrix(self):
@@ -420,8 +421,8 @@ class BlockPreconditioner:
 
     def _factorize(self):
         H = self._blocks
-        if np.any(self._shift):       # the diagonal is stored (inertia), so the pattern stays the analyzed one
-            H = (H + sp.diags(self._shift)).tocsc()
+        if self._damping:       # D's entries (inertia diagonal, mesh edges) are in the blocks' pattern: it stays
+            H = (H + self._damping * self._metric).tocsc()
         if cholmod is None:
             self._factor = spla.splu(H, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
                                      options={"SymmetricMode": True}).solve
@@ -527,7 +528,7 @@ class StructuredBackend:
             raise ValueError(f"the structured solve does not apply: {reason}; use backend='cholmod'")
         name = choose_preconditioner(prob, self.preconditioner_name)
         self.op = LoopOperator(prob, sweep=name == "sweep")
-        self.metric = inertia_metric(prob)
+        self.metric = damping_metric(prob)
         self.preconditioner = PRECONDITIONERS[name](self.op)
         forcing, max_cg = FORCING[name]
         self.forcing = forcing if self._forcing is None else self._forcing
@@ -549,6 +550,7 @@ class StructuredBackend:
     def linearize(self, q, u):
         """Gradient at q (n_steps, n, 3) with residual u; sets up the next ``direction`` solves."""
         op = self.op
+        self.metric = damping_metric(op.prob, q)
         with recycled_heap():      # the force models' temporaries reuse their pages
             op.update(q)
         with single_threaded_blas():
@@ -561,20 +563,20 @@ class StructuredBackend:
         return g
 
     def direction(self, g, damping=0.0):
-        """Inexact solution d of (J^T B J + damping D) d = -g (with the penalty diagonal), D the inertia metric.
+        """Inexact solution d of (J^T B J + damping D) d = -g (with the penalty diagonal), D the damping metric
+        (``residual.damping_metric``: the frame blocks hold its diagonal).
         PCG starts from the last solve of this linearization: after a rejected step, the last direction (another
         damping), or the geodesic acceleration's solve when one came between. Without the acceleration the 16 x
         16-quad square's first iteration (four rejected steps) took 109 + 1 + 1 + 16 + 51 PCG iterations against
         109 + 109 + 109 + 107 + 84 from zero."""
-        op = self.op
-        scaled = damping * self.metric
+        op, damped = self.op, damping * self.metric
 
         def apply_a(x):
-            return op.apply_h(x) + scaled * x
+            return op.apply_h(x) + damped @ x
 
         cap = self.max_cg if self._rtol >= self.forcing else 10 * self.max_cg  # converging: solve tighter
         with single_threaded_blas():
-            self.preconditioner.damp(scaled)
+            self.preconditioner.damp(damping, self.metric)
             d, iters, converged = pcg(apply_a, -g, self.preconditioner.apply, self._rtol, cap, eta=self.forcing,
                                       x0=self._last)
         self._last = d

@@ -1,5 +1,6 @@
 """Convergence and honest reporting: the inner solve's stopping test, the trust region, the verdict, the seam plot."""
 import functools
+import importlib
 
 import numpy as np
 import pytest
@@ -7,13 +8,15 @@ import pytest
 import solver_core as sc
 from solver_core import gauss_newton, loop, metrics
 from solver_core.gauss_newton import ACCEL_MAX, GaussNewton
-from solver_core.residual import residual_steps
+from solver_core.residual import SMOOTHING, residual_steps
 from solver_core.scenes.nbody import nbody_problem
 from solver_core.scenes.paper import SCENES
 from solver_core.seam_plot import save_seam_plot, tracked_vertices
 from solver_core.structured_solve import StructuredBackend
 from test_structured_blender_cloth import frame_grid_cloth
 from test_structured_solve import small_cloth
+
+residual = importlib.import_module("solver_core.residual")     # the module (sc.residual is its function)
 
 
 def _captured(prob, q, backend):
@@ -46,13 +49,56 @@ def test_accepted_steps_never_raise_the_loss_and_pass_the_ratio_test():
     assert any(h["damping"] > 0 for h in gn.history[1:])
 
 
-def test_damping_is_the_inertia_metric():
+def test_damping_is_the_inertia_metric_plus_the_meshs_smoothing_away_from_contact():
+    """D = 6 m / h^3 per coordinate plus SMOOTHING times the Laplacian of the cloth's triangle edges (weight 3
+    (m_a + m_b) / h^3), built here edge by edge, without the edges at vertices in the floor's contact layer."""
     prob, q = small_cloth(n_frames=8, floor=True)
     gn = GaussNewton(prob, backend="cholmod")
     H, g = gn.system(q)
     d = gn.direction(H, g, 0.5)
-    D = np.broadcast_to((6 * prob.model.mass / prob.h ** 3)[None, :, None], q.shape)[prob.free_mask()]
-    np.testing.assert_allclose(H @ d + 0.5 * D * d, -g, atol=1e-8 * np.abs(g).max())
+    mass, h, n = prob.model.mass, prob.h, prob.n_vertices
+    floor = next(t for t in prob.model.terms if hasattr(t, "touching"))
+    touching = q[..., 2] - floor.height < floor.thickness
+    assert touching.any() and not touching.all()
+    full = np.zeros((prob.n_steps * 3 * n,) * 2)
+    tri = next(t for t in prob.model.terms if t.mesh).triangles
+    edges = {tuple(sorted((int(t[i]), int(t[(i + 1) % 3])))) for t in tri for i in range(3)}
+    for j in range(prob.n_steps):
+        for a, b in edges:
+            if touching[j, a] or touching[j, b]:
+                continue
+            w = SMOOTHING * 3 * (mass[a] + mass[b]) / h ** 3
+            for c in range(3):
+                ia, ib = (j * n + a) * 3 + c, (j * n + b) * 3 + c
+                full[ia, ia] += w
+                full[ib, ib] += w
+                full[ia, ib] -= w
+                full[ib, ia] -= w
+    full += np.diag(np.broadcast_to((6 * mass / h ** 3)[None, :, None], q.shape).ravel())
+    free = np.flatnonzero(prob.free_mask().ravel())
+    D = full[np.ix_(free, free)]
+    np.testing.assert_allclose(H @ d + 0.5 * D @ d, -g, atol=1e-8 * np.abs(g).max())
+    # N bodies have no mesh: D is the inertia diagonal
+    bodies = nbody_problem(3, seed=1, n_frames=12)
+    metric = residual.damping_metric(bodies)
+    assert metric.nnz == metric.shape[0] and np.allclose(metric.diagonal(), residual.inertia_metric(bodies))
+
+
+def test_the_smoothing_metric_ends_a_membranes_crawl(monkeypatch):
+    """The swinging cloth from its crossfade (scale 0.12) without the settled-loss rule: Levenberg–Marquardt in
+    the inertia metric crawls (> 55 iterations, below), in the smoothing metric it converges in 40 at most to a
+    loss no higher (measured: 38, loss 0.1% lower)."""
+    prob = SCENES["swinging_cloth"](0.12).prob
+    q0 = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
+    runs = {}
+    for smoothing in (0.0, SMOOTHING):
+        monkeypatch.setattr(residual, "SMOOTHING", smoothing)
+        runs[smoothing] = GaussNewton(prob, backend="cholmod", accelerate=False).run(q0, max_iters=200, tol=1e-6,
+                                                                                   ftol=0.0)
+    plain, smooth = runs[0.0], runs[SMOOTHING]
+    assert plain.stop_reason == smooth.stop_reason == "tol"
+    assert smooth.nit <= 40 < 55 < plain.nit
+    assert smooth.history[-1]["loss"] <= plain.history[-1]["loss"]
 
 
 @pytest.mark.usefixtures("fast_projection_on_n_bodies")
@@ -96,7 +142,9 @@ def test_nbody_loops_after_a_failed_projection_converge_in_few_iterations(n_bodi
 @pytest.mark.parametrize("name, scale", [("flag", 0.16), ("swinging_cloth", 0.12)])
 def test_from_the_forward_clip_gauss_newton_on_a_reduced_flag_and_swinging_cloth_reaches_the_seam_targets(name, scale):
     # measured: the flag's hard loop converges with its wrap velocity 1.82x the median, soft initial
-    # conditions take it to 1.01x with frame 0 moved 3.3 mm; the swinging cloth stays hard (1.09x)
+    # conditions take it to 1.01x with frame 0 moved 3.3 mm; the swinging cloth stays hard (1.09x). The race
+    # of the two forward starts: the closed clip's run wins on the flag, the clip's own on the swinging cloth
+    # (the closed clip's in the inertia metric)
     prob = SCENES[name](scale).prob
     res = sc.make_loop(prob, init="forward")
     assert res.status == loop.CONVERGED and res.success and res.stop_reason in ("tol", "step_tol")
@@ -105,7 +153,8 @@ def test_from_the_forward_clip_gauss_newton_on_a_reduced_flag_and_swinging_cloth
     clip = sc.simulate(prob)
     assert m["loss"] <= sc.loss(prob, clip) / 100 and m["loss"] <= sc.loss(prob, sc.crossfade_loop(clip)) / 10
     assert res.first_frame_shift <= 5e-3                      # the loop's first frame stays on the clip's
-    assert res.init_used == "closed_forward" and res.initial_conditions.startswith("soft") == (name == "flag")
+    assert res.init_used == ("closed_forward" if name == "flag" else "forward")
+    assert res.initial_conditions.startswith("soft") == (name == "flag")
 
 
 def test_hard_initial_conditions_stay_hard_when_asked():
@@ -205,12 +254,13 @@ def test_remaining_decrease_of_a_geometric_crawl_and_not_of_a_fall_that_just_end
     assert remaining(speeding) == np.inf                                    # its decrease grows
 
 
-def test_a_crawling_swinging_cloth_stops_when_its_loss_has_settled():
+def test_a_crawling_swinging_cloth_stops_when_its_loss_has_settled(monkeypatch):
     # from the crossfade the loss falls linearly for tens of iterations (the cloth held near flat by the
     # loop's control: a flat membrane has no stiffness across itself, and the model of the loss misses its
     # curvature there); measured: 61 iterations by the per-iteration tolerance alone, 40 with the rule. The
     # geodesic acceleration takes this valley in 23 iterations with or without the rule: the crawl is the
-    # plain Levenberg–Marquardt step's
+    # plain Levenberg–Marquardt step's in the inertia metric (the smoothing metric ends it: above)
+    monkeypatch.setattr(residual, "SMOOTHING", 0.0)
     prob = SCENES["swinging_cloth"](0.12).prob
     q0 = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
     run = GaussNewton(prob, backend="cholmod", accelerate=False).run(q0, max_iters=200, tol=1e-6)
@@ -295,9 +345,11 @@ def test_geodesic_acceleration_on_blender_cloth_differences_within_its_springs_s
     assert all(e["accel_ratio"] == np.inf for e in direct.history[1:])
 
 
-def test_geodesic_acceleration_shortens_a_canyon_crawl():
+def test_geodesic_acceleration_shortens_a_canyon_crawl(monkeypatch):
     # the swinging cloth from its crossfade (scale 0.08): the damped steps crawl along a curved valley;
-    # measured 32 iterations without the acceleration, 15 with it, to a 0.5% lower loss
+    # measured 32 iterations without the acceleration, 15 with it, to a 0.5% lower loss, in the inertia
+    # metric (in the smoothing metric 13 and 9: the valley is less of a canyon there)
+    monkeypatch.setattr(residual, "SMOOTHING", 0.0)
     prob = SCENES["swinging_cloth"](0.08).prob
     q0 = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
     plain = GaussNewton(prob, backend="cholmod", accelerate=False).run(q0, max_iters=200, tol=1e-6)

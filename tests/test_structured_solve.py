@@ -114,6 +114,9 @@ class Overshooting(StructuredBackend):
 
 
 def test_failing_inexact_directions_tighten_then_auto_switches_to_direct(monkeypatch):
+    # in the inertia metric: from this random start on the floor the smoothing metric crawls 440 direct
+    # iterations to the tolerance (137 without; residual.damping_metric), and the switch is what is tested here
+    monkeypatch.setattr(importlib.import_module("solver_core.residual"), "SMOOTHING", 0.0)
     prob, q = small_cloth(n_frames=12, floor=True)
     monkeypatch.setattr(gauss_newton, "AUTO_DIRECT_MAX_FACTOR_NONZEROS", 0)
     monkeypatch.setitem(linsolve.BACKENDS, "structured", lambda: Overshooting(max_tighten=1))

@@ -39,6 +39,7 @@ class ForceTerm(Term):
     n_vertices: int
     explicit_step = 0.0   # the longest step the linearized scheme takes it at the step's start (module docstring)
     smooth = True         # continuously differentiable in q (a law that switches at a threshold is not)
+    mesh = False          # the elastic forces of a mesh: its vertex couplings are the model's ``mesh_edges``
 
     def forces(self, q, t):
         """Forces ``(B, n, 3)`` at positions ``q`` ``(B, n, 3)`` and frame times ``t`` ``(B,)``."""
@@ -151,6 +152,7 @@ class Model(ForceTerm):
                 raise ValueError("damping must be finite and non-negative")
         self.damping = damping
         self._pattern = None
+        self._mesh_edges = None
         self._velocity_pattern = None
         self._split = {}
 
@@ -171,6 +173,23 @@ class Model(ForceTerm):
         if self._pattern is None:
             self._pattern = _concat_patterns(self.terms)
         return self._pattern
+
+    def mesh_edges(self):
+        """(E, 2) vertex pairs i < j coupled by the model's mesh terms (``mesh``: FEM membranes, tets); empty
+        without a mesh (N bodies, Blender cloth)."""
+        if self._mesh_edges is None:
+            pairs = [np.stack(term.jacobian_pattern(), axis=1) // 3 for term in self.terms if term.mesh]
+            pairs = np.concatenate(pairs) if pairs else np.zeros((0, 2), dtype=np.int64)
+            self._mesh_edges = np.unique(pairs[pairs[:, 0] < pairs[:, 1]], axis=0)
+        return self._mesh_edges
+
+    def touching(self, q, t):
+        """Boolean (B, n): the vertices some contact term pushes at positions ``q`` (B, n, 3); None without
+        contact terms."""
+        terms = [term for term in self.terms if hasattr(term, "touching")]
+        if not terms:
+            return None
+        return np.logical_or.reduce([term.touching(q, t) for term in terms])
 
     @property
     def drag(self):

@@ -166,6 +166,8 @@ class MembraneTerm(ForceTerm):
     ``law`` is ``"neohookean"`` or ``"stvk"``.
     """
 
+    mesh = True
+
     def __init__(self, rest_positions, triangles, youngs_modulus, poisson_ratio, thickness, law="neohookean"):
         x = check_positions(rest_positions)
         tri = check_triangles(triangles, x.shape[0])

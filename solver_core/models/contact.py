@@ -89,6 +89,12 @@ class PenaltyContact(ForceTerm):
         """Signed distances (B, k) of the contact vertices to the collider (negative inside)."""
         return self._distance(q, t)[0]
 
+    def touching(self, q, t):
+        """Boolean (B, n): the vertices within the contact layer (pushed by the collider) at positions ``q``."""
+        out = np.zeros(np.shape(q)[:2], dtype=bool)
+        out[:, self.vertices] = self.signed_distance(q, t) < self.thickness
+        return out
+
     def energy(self, q, t):
         """Contact energy (B,)."""
         psi = self._contact(q, t)[0]

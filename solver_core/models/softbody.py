@@ -140,6 +140,8 @@ def _validate_mesh(rest_positions, tets):
 class ElasticTetTerm(ForceTerm):
     """Hyperelastic forces of linear tets (m, 4) over rest positions (n, 3); ``law`` in LAWS."""
 
+    mesh = True
+
     def __init__(self, rest_positions, tets, youngs_modulus, poisson_ratio, law="stable_neohookean"):
         if law not in LAWS:
             raise ValueError(f"unknown law {law!r}; choose one of {LAWS}")
