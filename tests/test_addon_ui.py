@@ -203,6 +203,20 @@ def wait_for_progress(job, timeout=120):
     return []
 
 
+def follow(job, timeout=120):
+    """Start ``job`` and advance it as the modal timer does until it ends: (its progress dicts, the threads that
+    appeared meanwhile)."""
+    before = set(threading.enumerate())
+    job.start()
+    seen, threads = [], set()
+    deadline = time.monotonic() + timeout
+    while not job.done and time.monotonic() < deadline:
+        seen += job.progress()
+        threads |= set(threading.enumerate()) - before
+        time.sleep(0.02)
+    return seen, threads
+
+
 def test_child_process_solves_like_the_thread(installed):
     obj, settings = open_sample("flag")
     in_process, in_thread = quick_job(obj, settings, python="auto"), quick_job(obj, settings)
@@ -222,15 +236,8 @@ def test_a_job_in_a_child_process_runs_no_thread(installed):
     """The modal Make Loop follows the child from Blender's timer (``progress``): no Python thread runs
     beside Blender's drawing while it solves, from the probe to the result."""
     obj, settings = open_sample("flag")
-    before = set(threading.enumerate())
     job = quick_job(obj, settings, iterations=3, python="auto")
-    job.start()
-    seen, threads = [], set()
-    deadline = time.monotonic() + 120
-    while not job.done and time.monotonic() < deadline:
-        seen += job.progress()
-        threads |= set(threading.enumerate()) - before
-        time.sleep(0.02)
+    seen, threads = follow(job)
     assert job.done and job.error is None and job.q is not None and job.where == "process"
     assert threads == set()
     assert [info["phase"] for info in seen][-1] == "gauss_newton"
@@ -240,15 +247,8 @@ def test_the_crossfade_runs_in_the_child_too(installed):
     """The panel's Crossfade method (a blend and its metrics: seconds on a large cloth) runs in the child
     process like a solve: no thread beside Blender's drawing, the same loop and report as in this process."""
     obj, settings = open_sample("flag")
-    before = set(threading.enumerate())
     in_process = quick_job(obj, settings, python="auto", method="crossfade")
-    in_process.start()
-    seen, threads = [], set()
-    deadline = time.monotonic() + 120
-    while not in_process.done and time.monotonic() < deadline:
-        seen += in_process.progress()
-        threads |= set(threading.enumerate()) - before
-        time.sleep(0.02)
+    seen, threads = follow(in_process)
     in_thread = quick_job(obj, settings, method="crossfade")
     in_thread.run()
     assert in_process.error is None and in_thread.error is None and threads == set()
