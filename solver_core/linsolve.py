@@ -131,8 +131,9 @@ class DirectBackend:
 
     def system(self, q, u=None):
         """(H, g): Gauss–Newton matrix J^T B J + K^T C K and gradient J^T B u + K^T C g at q (u: the
-        residual at q, computed when not given); the damping metric becomes q's (its contacts)."""
-        self.metric = damping_metric(self.prob, q)
+        residual at q, computed when not given); with contact the damping metric becomes q's."""
+        if self.prob.model.contact:
+            self.metric = damping_metric(self.prob, q)
         with recycled_heap():
             J = self._J = self.jac.assemble(q)
             g = self.residual_gradient(residual_steps(self.prob, q) if u is None else u)

@@ -550,7 +550,8 @@ class StructuredBackend:
     def linearize(self, q, u):
         """Gradient at q (n_steps, n, 3) with residual u; sets up the next ``direction`` solves."""
         op = self.op
-        self.metric = damping_metric(op.prob, q)
+        if op.prob.model.contact:
+            self.metric = damping_metric(op.prob, q)
         with recycled_heap():      # the force models' temporaries reuse their pages
             op.update(q)
         with single_threaded_blas():

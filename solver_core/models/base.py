@@ -183,6 +183,11 @@ class Model(ForceTerm):
             self._mesh_edges = np.unique(pairs[pairs[:, 0] < pairs[:, 1]], axis=0)
         return self._mesh_edges
 
+    @property
+    def contact(self):
+        """True when a force term is a contact (it has ``touching``)."""
+        return any(hasattr(term, "touching") for term in self.terms)
+
     def touching(self, q, t):
         """Boolean (B, n): the vertices some contact term pushes at positions ``q`` (B, n, 3); None without
         contact terms."""
