@@ -11,6 +11,12 @@ def _rms(x):
     return np.sqrt(np.mean(np.sum(x * x, axis=-1), axis=-1))
 
 
+def rms_speed(q, dt):
+    """The RMS speed (m/s) over the vertices and the steps between the frames q (L, n, 3), the wrap left out
+    (a cache played as a loop jumps there): how much they move."""
+    return float(np.sqrt(np.mean(np.sum(np.diff(np.asarray(q, dtype=float), axis=0) ** 2, axis=-1)))) / dt
+
+
 def seam_statistics(q, dt):
     """Per-boundary position and velocity jumps of a loop q (L, n, 3) played cyclically.
 
@@ -90,14 +96,15 @@ def loop_metrics(prob, q):
     boundaries: ~1 for a seamless loop), measured on the frames the loop plays (``prob.frames_of``): with
     sub-steps, the boundaries inside a frame are never seen, and a clip interpolated to sub-steps has none;
     residual_rel_mean / residual_rel_max (``relative_residual``); loss (E[q], no penalties); the residual is
-    evaluated once for both."""
+    evaluated once for both; speed (``rms_speed`` of the frames played)."""
     q = prob.check_trajectory(q)
-    pos, vel = seam_statistics(prob.frames_of(q), prob.dt)
+    frames = prob.frames_of(q)
+    pos, vel = seam_statistics(frames, prob.dt)
     u = residual_steps(prob, q)
     rel = relative_residual(prob, q, u)
     return dict(
         position_jump=float(pos[0]), velocity_jump=float(vel[0]),
         position_jump_ratio=_ratio(pos), velocity_jump_ratio=_ratio(vel),
         residual_rel_mean=float(rel.mean()), residual_rel_max=float(rel.max()),
-        loss=loss(prob, q, with_penalty=False, u=u),
+        loss=loss(prob, q, with_penalty=False, u=u), speed=rms_speed(frames, prob.dt),
     )

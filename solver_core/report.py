@@ -34,7 +34,7 @@ def loop_report(prob, res, clip=None, **about):
 def format_report(rep):
     """The report as text lines for a console or a panel."""
     rows = (("position jump", "position_jump"), ("velocity jump", "velocity_jump"),
-            ("residual (mean)", "residual_rel_mean"), ("residual (max)", "residual_rel_max"))
+            ("residual (mean)", "residual_rel_mean"), ("residual (max)", "residual_rel_max"), ("speed (RMS)", "speed"))
     lines = [rep["message"]] if rep.get("message") else []
     lines.append(f"{'':16}{'source cache':>16}{'loop':>16}")
     lines += [f"{label:16}{rep['source'][key]:16.4g}{rep['loop'][key]:16.4g}" for label, key in rows]

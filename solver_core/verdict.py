@@ -6,6 +6,12 @@ from .loop import CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS
 from .metrics import unseen, wrap_ratio
 
 LINE_CHARS = 26
+# A loop moving at less than this fraction of the cache's RMS speed is "calmer than cache": the most physical
+# loop of a motion that settles (damping, a steady wind) can lose most of it. Measured (loop / cache speed,
+# Blender cloth with bake.py's options): the gusts flag from its cache 0.28 (it lost the wave: README), from
+# its own simulation 0.89; the README's flag from its cache 0.31, from its simulation 0.53; the 150-vertex
+# flag of bench_blender_cloth.py 0.53.
+CALMER = 0.5
 FELL_BACK = {"cache": "Fell back to the cache", "crossfade": "Fell back to a crossfade",
              "forward": "Fell back to simulation"}
 
@@ -52,12 +58,22 @@ def verdict(report):
     elif status == NO_PROGRESS:
         out.append(dict(kind="warn", headline="Not converged: stuck",
                         detail="try another frame range"))
+    kept = motion_kept(report)
+    if kept is not None and kept < CALMER:
+        out.append(dict(kind="warn", headline="Motion: calmer than cache", detail=f"{kept:.0%} of the cache's speed"))
     reason = report.get("fallback_reason")
     if reason:
         out.append(dict(kind="warn", headline=FELL_BACK.get(report.get("init_used"), "Fell back"),
                         detail="quick loop did not close" if "fast projection" in reason
                         else "own simulation unstable"))
     return out
+
+
+def motion_kept(report):
+    """The loop's RMS speed over the cache's (``speed`` of the ``loop`` and ``source`` metrics), None when
+    either is missing or the cache is still."""
+    loop, src = report["loop"].get("speed"), report["source"].get("speed")
+    return None if loop is None or not src else loop / src
 
 
 def verdict_lines(report):
@@ -77,6 +93,13 @@ def details(report):
              f"Residual (force beyond physics over the physical forces; 0 is pure physics): mean "
              f"{src['residual_rel_mean']:.3g} in the cache, {loop['residual_rel_mean']:.3g} in the loop; largest "
              f"{src['residual_rel_max']:.3g} and {loop['residual_rel_max']:.3g}"]
+    kept = motion_kept(report)
+    if kept is not None:
+        lines.append(f"Motion: the loop moves at {kept:.0%} of the cache's speed ({loop['speed']:.3g} against "
+                     f"{src['speed']:.3g} m/s, RMS over vertices and frames)"
+                     + (". Where the physics settles (damping, a steady wind) the most physical loop is calmer "
+                        "than the cache; starting from the solver's own simulation (Initial Guess: Forward Simulation, "
+                        "bake.py --init forward) kept more of the motion on the sample flags" if kept < CALMER else ""))
     if report.get("message"):
         lines.append(f"Solver: {report['message']}")
     lines.append(f"Started from: {report.get('init_used', '')}"

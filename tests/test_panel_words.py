@@ -208,6 +208,21 @@ def test_verdict_lines_are_short_and_say_it_in_words():
     assert [v["headline"] for v in sc.verdict(crossfade)] == ["Seamless: yes", "Physics: closer than cache"]
 
 
+def test_a_loop_that_lost_most_of_the_caches_motion_says_so():
+    rep = dict(source=dict(metrics(7.5, 0.9), speed=0.148), loop=dict(metrics(1.2, 0.02), speed=0.0462),
+               status=CONVERGED, stop_reason="tol", gauss_newton_iterations=16, fast_projection_iterations=0,
+               seconds=14.0, init_used="cache", fallback_reason="")      # the README's flag from its cache
+    calmer = sc.verdict(rep)[-1]
+    assert (calmer["kind"], calmer["headline"], calmer["detail"]) == ("warn", "Motion: calmer than cache",
+                                                                      "31% of the cache's speed")
+    assert len(calmer["headline"]) <= LINE_CHARS and len(calmer["detail"]) <= LINE_CHARS
+    assert any("31% of the cache's speed" in line and "--init forward" in line for line in sc.verdict_details(rep))
+    kept = dict(rep, loop=dict(rep["loop"], speed=0.078))                   # from its simulation: 53%
+    assert "Motion: calmer than cache" not in [v["headline"] for v in sc.verdict(kept)]
+    assert any(line.startswith("Motion: the loop moves at 53%") and "--init" not in line
+               for line in sc.verdict_details(kept))
+
+
 def read_png(data):
     """(width, height, rgb) of the PNG ``png_bytes`` writes (8-bit RGB, filter 0 rows)."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
