@@ -210,12 +210,12 @@ def test_loop_metrics_evaluate_the_residual_once(monkeypatch):
 
 def test_a_loops_speed_is_its_rms_chord_over_the_step():
     # two vertices on circles of radii 1 and 2, 12 frames a turn, one still: chords 2 r sin(pi / 12)
-    prob = nbody_problem(3, seed=1, perturbation=0.02)
     angle = 2 * np.pi * np.arange(12) / 12
     circle = np.stack([np.cos(angle), np.sin(angle), np.zeros(12)], axis=-1)
     q = np.stack([circle, 2 * circle, np.zeros((12, 3))], axis=1)
     chord = 2 * np.sin(np.pi / 12) * np.array([1.0, 2.0, 0.0])
     assert np.isclose(sc.metrics.rms_speed(q, 0.5), np.sqrt(np.mean(chord ** 2)) / 0.5)
+    prob = nbody_problem(3, seed=1, perturbation=0.02)
     clip = sc.simulate(prob)
     assert sc.loop_metrics(prob, clip)["speed"] == sc.metrics.rms_speed(prob.frames_of(clip), prob.dt) > 0
 
