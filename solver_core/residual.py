@@ -92,8 +92,8 @@ def damping_metric(prob, q=None, smoothing=None):
     vertex (a pin) adds its free end's diagonal only. At a trajectory ``q`` an edge is left out in the steps
     where one of its ends touches a collider (``Model.touching``): a contact moves single vertices, and damping
     their rough steps more made contact crawls longer (a 12-vertex cloth on a floor, 4 random starts: 2.4x the
-    iterations with those edges, 1.7x without); their entries stay, zero, so D's pattern does not change with q. Without a mesh (N bodies) D
-    is the inertia diagonal."""
+    iterations with those edges, 1.7x without); their entries stay, zero, so D's pattern does not change with q.
+    Without a mesh (N bodies) D is the inertia diagonal."""
     smoothing = SMOOTHING if smoothing is None else smoothing
     free = prob.free_mask()
     n_free = int(free.sum())

@@ -565,7 +565,7 @@ class StructuredBackend:
 
     def direction(self, g, damping=0.0):
         """Inexact solution d of (J^T B J + damping D) d = -g (with the penalty diagonal), D the damping metric
-        (``residual.damping_metric``: the frame blocks hold its diagonal).
+        (``residual.damping_metric``: block-diagonal in time, so the frame blocks hold it whole).
         PCG starts from the last solve of this linearization: after a rejected step, the last direction (another
         damping), or the geodesic acceleration's solve when one came between. Without the acceleration the 16 x
         16-quad square's first iteration (four rejected steps) took 109 + 1 + 1 + 16 + 51 PCG iterations against
