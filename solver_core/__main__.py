@@ -90,7 +90,7 @@ def cmd_bench(args):
         run_benchmark(seeds=range(1, args.seeds + 1))
     elif args.suite == "table1":
         from .scenes.bench_table1 import run_benchmark
-        run_benchmark(args.scenes, args.scale, args.max_iters, args.backend)
+        run_benchmark(args.scenes, args.scale, args.max_iters, args.backend, args.budget)
     elif args.suite == "speed":
         from .scenes.bench_speed import run_benchmark
         run_benchmark(args.steps, args.scenes, scaling=not args.no_scaling, big=not args.no_big, big_only=args.big_only)
@@ -142,6 +142,8 @@ def main(argv=None):
     p.add_argument("--scale", type=float, default=1.0, help="table1: mesh and frame scale (1 = paper size)")
     p.add_argument("--max-iters", type=int, default=1000)
     p.add_argument("--backend", default="auto")
+    p.add_argument("--budget", type=float, help="table1: cancel a scene's make_loop after this many seconds and "
+                                                "measure its best loop so far")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("figures", help="save the flag's seam, and the paper's Fig. 9 and Fig. 11d for our implementation")
     p.add_argument("--out", default="out")

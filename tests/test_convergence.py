@@ -422,3 +422,12 @@ def test_at_a_switch_needs_a_rejection_in_every_iteration_of_its_window():
     assert not gauss_newton.at_a_switch(history[:3])                      # fewer iterations than the window
     assert not gauss_newton.at_a_switch(history[:2] + [dict(history[2], rejected=0)] + history[3:])
     assert not gauss_newton.at_a_switch(history, ftol=1e-4)               # fell by 0.15%
+
+
+def test_table1_budget_cancels_a_scene_and_still_measures_its_loop(capsys):
+    from solver_core.scenes import bench_table1
+    r = bench_table1.run_scene("flag", scale=0.12, budget=0.0)   # past the deadline at the first iteration's end
+    assert r["status"] == sc.result.CANCELLED and r["message"].startswith("cancelled")
+    assert r["metrics"]["loop"]["loss"] < r["metrics"]["forward"]["loss"]   # the one iteration's loop is measured
+    no_budget = bench_table1.run_scene("nbody", scale=0.1)
+    assert no_budget["status"] != sc.result.CANCELLED

@@ -16,8 +16,10 @@ def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
-def run_scene(name, scale=1.0, max_iters=1000, backend="auto"):
-    """Build and solve one scene; returns a dict of Table 1 figures."""
+def run_scene(name, scale=1.0, max_iters=1000, backend="auto", budget=None):
+    """Build and solve one scene; returns a dict of Table 1 figures. ``budget``: seconds of wall time after
+    which make_loop is cancelled and its best loop so far measured (status 4), so a scene that crawls still
+    gives its row."""
     t0 = time.perf_counter()
     scene = SCENES[name](scale)
     build = time.perf_counter() - t0
@@ -25,7 +27,9 @@ def run_scene(name, scale=1.0, max_iters=1000, backend="auto"):
     t0 = time.perf_counter()
     clip = simulate(prob)
     forward_s = time.perf_counter() - t0
-    res = make_loop(prob, init=scene.init, max_iters=max_iters, backend=backend)
+    deadline = None if budget is None else time.perf_counter() + budget
+    res = make_loop(prob, init=scene.init, max_iters=max_iters, backend=backend,
+                    callback=None if deadline is None else lambda info: time.perf_counter() > deadline)
     rows = {"forward": loop_metrics(prob, clip), "crossfade": loop_metrics(prob, crossfade_loop(clip)),
             "init": res.metrics["initial"], "loop": res.metrics["loop"]}
     fp_it, gn_it = res.fast_projection_iterations, res.gauss_newton_iterations
@@ -74,12 +78,13 @@ def print_table(results):
         print(f"{r['name']}: {r['message']}")
 
 
-def run_benchmark(names=None, scale=1.0, max_iters=1000, backend="auto"):
-    """Run the scenes (default all), printing each scene's rows as it finishes, then Table 1."""
+def run_benchmark(names=None, scale=1.0, max_iters=1000, backend="auto", budget=None):
+    """Run the scenes (default all), printing each scene's rows as it finishes, then Table 1; ``budget``:
+    seconds per scene (``run_scene``)."""
     results = []
     print(_PERFORMANCE, _QUALITY, sep="\n", end="\n\n")
     for name in names or list(SCENES):
-        r = run_scene(name, scale, max_iters, backend)
+        r = run_scene(name, scale, max_iters, backend, budget)
         print(f"  {name}: {r['total']:.1f} s ({r['total'] / max(r['forward_s'], 1e-9):.1f} forward simulations)",
               *_performance(r)[:1], *_quality(r), f"{name}: {r['message']}", sep="\n", end="\n\n", flush=True)
         results.append(r)
