@@ -34,7 +34,7 @@ def run_scene(name, scale=1.0, max_iters=1000, backend="auto", budget=None):
             "init": res.metrics["initial"], "loop": res.metrics["loop"]}
     fp_it, gn_it = res.fast_projection_iterations, res.gauss_newton_iterations
     return dict(name=name, vertices=prob.n_vertices, elements=scene.n_elements, frames=prob.n_frames,
-                fp_it=fp_it if res.init_used == "fast_projection" else None, gn_it=gn_it,
+                fp_it=fp_it or None, gn_it=gn_it,
                 fp_s=res.fast_projection_seconds / fp_it if fp_it else None,
                 gn_s=res.gauss_newton_seconds / gn_it if gn_it else None, total=res.seconds, build=build,
                 forward_s=forward_s, init=res.init_used, status=res.status, message=res.message,
