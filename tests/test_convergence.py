@@ -424,10 +424,11 @@ def test_at_a_switch_needs_a_rejection_in_every_iteration_of_its_window():
     assert not gauss_newton.at_a_switch(history, ftol=1e-4)               # fell by 0.15%
 
 
-def test_table1_budget_cancels_a_scene_and_still_measures_its_loop(capsys):
+def test_table1_budget_cancels_a_scene_and_still_measures_its_loop():
     from solver_core.scenes import bench_table1
     r = bench_table1.run_scene("flag", scale=0.12, budget=0.0)   # past the deadline at the first iteration's end
     assert r["status"] == sc.result.CANCELLED and r["message"].startswith("cancelled")
+    assert r["fp_it"] == 1 and r["gn_it"] == 0
     assert r["metrics"]["loop"]["loss"] < r["metrics"]["forward"]["loss"]   # the one iteration's loop is measured
     no_budget = bench_table1.run_scene("nbody", scale=0.1)
     assert no_budget["status"] != sc.result.CANCELLED
