@@ -9,27 +9,17 @@ onto the linearized *vector* constraint r(u) + J du = 0 in the M^-1 norm of the 
 
     du = -M J^T (J M J^T)^-1 r,
 
-a minimum-norm Gauss–Newton step (Newton shooting). Up to GRAM_MAX_ROWS closure rows it is exact: the
-Gram matrix J M J^T comes from one block adjoint sweep (``forward.Linearization.gram``) and its
-eigendecomposition gives the step for every Levenberg–Marquardt shift, chosen to fit a trust region in
-the M^-1 norm; beyond, LSQR on J M^1/2 (tangent-linear and adjoint sweeps), truncated and shortened to
-the trust region. r holds the position mismatch at the wrap and the mismatch of the per-step change (the
-velocity times h, as in the paper's G), both in units of the forward clip's median per-step change.
-Measured at scale 0.25 (G/G(0) reached, iterations): weighing the velocity mismatch by its own median
-change instead (the wrap's jump ratio) made G strongly nonlinear in the controls (the flag's velocity part
-rose fourfold along a step whose linear model lowered it tenfold): flag 3.5e-3 stalled after 10, swinging
-cloth 9e-4 stalled; with the per-step change, LSQR (40 iterations, backtracking) flag 1.9e-4 stalled after
-17 in 54 s, swinging cloth 1.4e-3 stalled; exact steps flag 6e-7 converged after 13 in 9 s, swinging cloth
-1.1e-4 stalled (since: 9.8e-7, converged after 26), doughnut 2e-8 after 7, wobbly bar 3e-10 after 14.
-At scale 1 the swinging cloth and the flag crawl: their closure is smooth (the tangent-linear sweep matches
-finite differences, every step's Jacobian is positive definite at its solution: no branch switching) but
-a control perturbation grows about 1,000-fold over 200 steps, so the linear model's error reaches 2% of
-J du at 1e-6 of the Gauss–Newton step's length and the trust region admits only small decreases of G.
-The flag's stall at scale 1 was the stopping rule (it goes on while the trust region grows: README).
-The swinging cloth's remaining mismatch sits on eigenvalues of J M J^T below 1e-6 of the largest (out-of-
-plane wrinkles that only the last steps' controls reach) and moving along the controllable directions
-changes it at second order; multiple shooting, second-order corrections, continuation and a metric that
-makes late controls cheap did not get past it (README, fast projection).
+a minimum-norm Gauss–Newton step (Newton shooting). Up to ``FastProjectionOptions.gram_max_rows`` closure
+rows it is exact: the Gram matrix J M J^T comes from one block adjoint sweep
+(``forward.Linearization.gram``) and its eigendecomposition gives the step for every Levenberg–Marquardt
+shift, chosen to fit a trust region in the M^-1 norm; beyond, LSQR on J M^1/2 (tangent-linear and adjoint
+sweeps), truncated and shortened to the trust region. r holds the position mismatch at the wrap and the
+mismatch of the per-step change (the velocity times h, as in the paper's G), both in units of the forward
+clip's median per-step change: weighing the velocity mismatch by its own median change makes G strongly
+nonlinear in the controls. Where a control perturbation grows strongly over the clip (the swinging cloth
+and the flag at scale 1) the linear model holds only for short steps and the trust region admits only
+small decreases of G; the measurements and what was tried are in docs/design/tuning_starts.md
+(gram_max_rows, stall_window) and docs/design/starts.md.
 """
 import time
 
@@ -37,6 +27,7 @@ import numpy as np
 import scipy.sparse.linalg as spla
 
 from .forward import SimulationFailed, keep_factor_workspace_off_recycled_memory, simulate
+from .options import DEFAULTS
 from .result import CANCELLED, CONVERGED, ITERATION_CAP, NO_PROGRESS, Result, halts
 
 
@@ -94,20 +85,11 @@ class _Closure:
         return out
 
 
-# Up to this many closure rows (6 per free vertex) the projection solves with the closure's Gram matrix J M J^T,
-# formed by one block adjoint sweep and eigendecomposed: exact at every damping. Measured on the swinging cloth
-# (scale 0.25, 180 rows, velocity weighed by its own median change): cond(J M^1/2) = 5.7e4, and 40 / 400 LSQR
-# iterations left 30-80% / 10-30% of the linear model's residual. Cost at scale 1: swinging cloth 660 rows
-# 11 s (one forward simulation 6.6 s), ribbons 1,404 rows 14 s (11 s). Beyond, LSQR (memory O(rows^2)).
-GRAM_MAX_ROWS = 3000
-_MU0 = 1e-3     # the first trust radius: the step damped by this fraction of the Gram matrix's largest eigenvalue
-
-
 class _GramStep:
     """Projection steps from the eigendecomposition of the Gram matrix J M J^T: for a trust radius, the
     Levenberg–Marquardt shift that makes |du|_{M^-1} equal to it (exact at every shift)."""
 
-    def __init__(self, closure, lin, r, mass):
+    def __init__(self, closure, lin, r, mass, mu0):
         k = r.shape[1]
         m = r.size
         eye = np.eye(m).reshape(2, k, 3, m)
@@ -118,17 +100,17 @@ class _GramStep:
         self.lam = np.maximum(lam, 0.0)
         self.scale = max(float(self.lam[-1]), 1e-300)
         self.c = self.V.T @ r.ravel()
-        self.closure, self.lin, self.r, self.mass = closure, lin, r, mass
+        self.closure, self.lin, self.r, self.mass, self.mu0 = closure, lin, r, mass, mu0
 
     def _norm(self, shift):
         return float(np.sqrt(np.sum(self.lam * (self.c / (self.lam + shift)) ** 2)))
 
     def __call__(self, radius):
         """(du, |r + J du| / |r| in the linear model, Krylov iterations (0), |du|_{M^-1}) for the trust
-        radius ``radius`` (None: damped by _MU0 of the largest eigenvalue)."""
+        radius ``radius`` (None: damped by ``mu0`` of the largest eigenvalue)."""
         lo, hi = 1e-12 * self.scale, 1e6 * self.scale
         if radius is None:
-            shift = _MU0 * self.scale
+            shift = self.mu0 * self.scale
         elif self._norm(lo) <= radius:
             shift = lo
         else:                                              # |du| falls as the shift grows: bisect on log(shift)
@@ -176,33 +158,53 @@ class _LsqrStep:
         return t * self.du, float(res), int(self.iterations), t * self.norm
 
 
-def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, stop_fraction=0.0,
-                    krylov_iters=40, krylov_tol=1e-3, max_rejections=8, stall_window=5, keep_iterates=False,
-                    gram_max_rows=GRAM_MAX_ROWS):
+def fast_projection(prob, callback=None, options=None, max_iters=None, keep_iterates=False):
     """Control forces u that make the forward simulation close the loop, by fast projection.
 
     From u = 0, repeat the M^-1-norm projection onto the linearized closure constraint (module
     docstring) in a trust region (in the M^-1 norm: shrunk until the step lowers G = |r|^2 / 2, the
-    mismatch at the wrap in units of the clip's median per-step change, by a fraction of the linear model's
-    prediction, grown after steps that did what it predicted), until G <= ``rtol`` G(0), or G <=
-    ``stop_fraction`` G(0) (stop early: a loose closure can start Gauss–Newton better than a tight one), or
-    G has not halved over ``stall_window`` iterations while the trust region did not grow (``_stop_reason``),
-    or ``max_iters``. Up to ``gram_max_rows`` closure rows the step is exact (``_GramStep``), beyond it is
-    ``krylov_iters`` LSQR iterations to
-    ``krylov_tol``. Returns a ``Result`` for the last (and best: steps only lower G) iterate: ``x`` the
-    loop (n_steps, n, 3) simulated with its controls, status, success (G fell to ``rtol`` or
-    ``stop_fraction`` of G(0)), nit, history (loss: G), and G (per iterate), seconds, controls, converged,
-    cancelled, final_G, message, position_jump / velocity_jump (RMS mismatch at the wrap per iterate, m
-    and m/s), control_norm (|u|_{M^-1} per iterate), krylov_iterations (LSQR; 0 for exact steps), trials
-    (simulations) and trust_radius (after the step) per iteration, and with ``keep_iterates`` the
-    trajectories of all iterates (``iterates``).
+    mismatch at the wrap in units of the clip's median per-step change, by ``decrease`` of the linear
+    model's prediction, grown after steps that did what it predicted), until G <= ``rtol`` G(0), or G <=
+    ``stop_fraction`` G(0), or G has not halved over ``stall_window`` iterations while the trust region did
+    not grow (``_stop_reason``), or the iteration cap. Up to ``gram_max_rows`` closure rows the step is
+    exact (``_GramStep``), beyond it is ``krylov_iters`` LSQR iterations to ``krylov_tol``. The names in
+    quotes are fields of ``options.fast_projection``.
 
-    Raises FastProjectionDiverged (Remark 2), saying why, when the forward simulation fails, or when it
-    stops short of both rules (no damping makes a step reduce G, a stall, or the iteration cap) with
-    the loop still open: RMS mismatch sqrt(2 G) above ``accept`` of the clip's median per-step change; the
-    exception keeps the last (lowest-G) iterate.
-    A ``callback(info)`` that ``halts`` cancels and returns the last iterate.
+    Parameters
+    ----------
+    prob : LoopProblem
+        The loop problem; its forward simulation from (r0, r1) is the first iterate.
+    callback : callable, optional
+        ``callback(info)`` after every iteration (phase "fast_projection", iteration, loss: G); when it
+        ``halts`` the last iterate is returned, cancelled.
+    options : Options, optional
+        Tuning values (``options.fast_projection``, a ``FastProjectionOptions``); ``DEFAULTS`` when None.
+    max_iters : int, optional
+        Iteration cap; ``options.fast_projection.max_iters`` when None.
+    keep_iterates : bool
+        Keep the trajectories of all iterates in ``iterates`` (benchmarks start Gauss–Newton from them).
+
+    Returns
+    -------
+    Result
+        For the last (and best: steps only lower G) iterate: ``x`` the loop (n_steps, n, 3) simulated
+        with its controls, status, success (G fell to ``rtol`` or ``stop_fraction`` of G(0)), nit, history
+        (loss: G), and G (per iterate), seconds, controls, converged, cancelled, final_G, message,
+        position_jump / velocity_jump (RMS mismatch at the wrap per iterate, m and m/s), control_norm
+        (|u|_{M^-1} per iterate), krylov_iterations (LSQR; 0 for exact steps), trials (simulations) and
+        trust_radius (after the step) per iteration, and ``iterates`` (None unless ``keep_iterates``).
+
+    Raises
+    ------
+    FastProjectionDiverged
+        (Remark 2), saying why, when the forward simulation fails, or when it stops short of both rules
+        (no damping makes a step reduce G, a stall, or the iteration cap) with the loop still open: RMS
+        mismatch sqrt(2 G) above ``accept`` of the clip's median per-step change; the exception keeps the
+        last (lowest-G) iterate.
     """
+    opts = (options or DEFAULTS).fast_projection
+    max_iters = opts.max_iters if max_iters is None else max_iters
+    rtol, stop_fraction, stall_window = opts.rtol, opts.stop_fraction, opts.stall_window
     L = prob.n_steps
     mass = prob.model.mass
     controls = np.zeros((L + 1, prob.n_vertices, 3))
@@ -230,13 +232,13 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
         if message:
             break
         it += 1
-        step = (_GramStep(closure, lin, r, mass) if r.size <= gram_max_rows
-                else _LsqrStep(closure, lin, r, mass, krylov_iters, krylov_tol))
-        for tries in range(1, max_rejections + 1):
+        step = (_GramStep(closure, lin, r, mass, opts.mu0) if r.size <= opts.gram_max_rows
+                else _LsqrStep(closure, lin, r, mass, opts.krylov_iters, opts.krylov_tol))
+        for tries in range(1, opts.max_rejections + 1):
             du, lin_res, n_krylov, norm = step(radius)
             predicted = G * (1 - lin_res ** 2)          # the linear model's decrease of G
             trial = _trial(prob, closure, controls + du)
-            if trial is not None and G - trial[3] > 1e-4 * predicted:
+            if trial is not None and G - trial[3] > opts.decrease * predicted:
                 rho = (G - trial[3]) / predicted
                 radius = 0.5 * norm if rho < 0.25 else max(radius or 0.0, 3 * norm) if rho > 0.75 else norm
                 break
@@ -262,7 +264,7 @@ def fast_projection(prob, max_iters=30, rtol=1e-6, callback=None, accept=0.1, st
             break
     stopped = info["cancelled"] or G <= max(rtol, stop_fraction) * g0
     it_done = len(info["G"]) - 1
-    if not stopped and np.sqrt(2 * G) > accept:
+    if not stopped and np.sqrt(2 * G) > opts.accept:
         raise FastProjectionDiverged(
             f"fast projection did not close the loop: the RMS mismatch at the wrap is still {np.sqrt(2 * G):.2g} "
             f"(from {np.sqrt(2 * g0):.3g}) of the clip's median per-step change ({message})",
@@ -290,9 +292,8 @@ def _trial(prob, closure, controls):
 def _stop_reason(G, radii, rtol, stop_fraction, max_iters, stall_window):
     """Why fast projection stops after the iterates' ``G`` and the trust radii after its steps ("" to go on).
     A stall needs both: G has not halved over ``stall_window`` iterations, and the trust radius has not
-    grown over them. While it grows the steps do what the linear model predicts and G falls faster and
-    faster: the flag at scale 1 fell by 37% over its first 5 iterations (the old rule stopped it there at
-    0.63 G(0)), then to 4e-1 and 1.2e-1 G(0) in the next two."""
+    grown over them: while it grows the steps do what the linear model predicts and G falls faster and
+    faster (docs/design/tuning_starts.md: stall_window)."""
     ratio, it = G[-1] / G[0], len(G) - 1
     if ratio <= rtol:
         return f"converged: G fell to {ratio:.1e} of G(0)"

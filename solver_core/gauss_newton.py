@@ -232,8 +232,9 @@ class GaussNewton:
     by the structured solve (ACCEL_H_SWITCHING).
     """
 
-    def __init__(self, prob, backend="auto", accelerate=True):
+    def __init__(self, prob, backend="auto", accelerate=True, options=None):
         self.prob = prob
+        self.options = options      # stored only: the Gauss–Newton owner's change reads it
         self.auto = backend == "auto"
         self.accelerate = accelerate
         self.metric = inertia_metric(prob)

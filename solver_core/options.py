@@ -58,30 +58,34 @@ class LinearSolveOptions:
 
 @dataclass(frozen=True)
 class StartOptions:
-    """The initial guess and the races between starts (``loop``, ``clip_loop``, ``reversible``)."""
+    """The initial guess and the races between starts (``starts``, ``loop``, ``clip_loop``, ``reversible``);
+    evidence in ``docs/design/tuning_starts.md`` under each field's name."""
     race_iterations: int = 10           # after a failed fast projection: iterations from each start
     race_final_iterations: int = 40     # ... then the two lowest go on to this many
     forward_race_iterations: int = 20   # init "forward": iterations from the clip and from closed_forward
-    relax_eps: float = 10.0             # soft initial conditions tried after hard ones left a visible wrap
+    relax_eps: float = 10.0             # soft initial conditions tried after hard ones left a visible wrap (0: never)
     two_sided: bool = True              # reversible dynamics (N bodies) start from the two-sided guess
     blend: float = 0.25                 # two-sided guess: half-width of the blend, a fraction of the steps
     race_from: int = 3                  # "cache_or_forward": the trailing run may be dropped from here on
-    behind: float = 10.0                # ... when its loss exceeds this times the first run's
+    behind: float = 10.0                # ... when its loss exceeds this times the first run's (inf: never)
     diverged_extent: float = 10.0       # a loop this many clip sizes away from the clip has diverged
 
 
 @dataclass(frozen=True)
 class FastProjectionOptions:
-    """Fast projection (paper Algorithm 2, ``fast_projection``)."""
+    """Fast projection (paper Algorithm 2, ``fast_projection``); evidence in ``docs/design/tuning_starts.md``
+    under each field's name."""
     max_iters: int = 30                 # iteration cap
     rtol: float = 1e-6                  # converged when G falls to this fraction of G(0)
-    accept: float = 0.1                 # a step is taken when G falls by this fraction of the prediction
+    accept: float = 0.1                 # an open loop is still accepted up to this RMS mismatch (median steps)
+    decrease: float = 1e-4              # a step is taken when G falls by this fraction of the prediction
     gram_max_rows: int = 3000           # exact Gram-matrix steps up to this many closure rows, LSQR beyond
     mu0: float = 1e-3                   # first trust radius, a fraction of the Gram matrix's largest eigenvalue
     krylov_iters: int = 40              # LSQR iterations per step beyond gram_max_rows
     krylov_tol: float = 1e-3            # LSQR's tolerance there
     max_rejections: int = 8             # trust-region shrinks per iteration before it gives up
     stall_window: int = 5               # stop when G has not halved over this many iterations (radius not grown)
+    stop_fraction: float = 0.0          # stop once G falls to this fraction of G(0) (benchmarks; 0: never)
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,7 @@ import numpy as np
 
 from . import scheme
 from .forward import SimulationFailed, simulate
-
-# Half-width of the blend of the two halves around the loop's middle, as a fraction of the loop's steps.
-# Measured (Gauss–Newton iterations from the guess, all seamless): 3-5 bodies, seeds 1-20, perturbation
-# 0.02: 653 / 650 / 654 / 822 for 0.02 / 0.1 / 0.25 / 0.5 (0.5: one run of 142); perturbation 0.05, seeds
-# 21-30: 1,707 / 1,535 / 769 for 0.05 / 0.1 / 0.25 (3 / 3 / 1 at the 200 cap); perturbation 0.1, seeds
-# 1-5: 937 / 898 / 833.
-BLEND = 0.25
+from .options import DEFAULTS
 
 
 def reversible(prob):
@@ -46,9 +40,10 @@ def simulate_backward(prob, first):
     return q
 
 
-def two_sided_guess(prob, blend=BLEND):
+def two_sided_guess(prob, blend=DEFAULTS.start.blend):
     """The loop's first half simulated forward from (r0, r1), its second backward from the wrap, blended
-    by a smooth step over ``blend`` of the loop's steps either side of the middle (n_steps, n, 3)."""
+    by a smooth step over ``blend`` of the loop's steps either side of the middle (n_steps, n, 3);
+    ``blend`` is ``StartOptions.blend`` (docs/design/tuning_starts.md: blend)."""
     if not reversible(prob):
         raise ValueError("the two-sided guess needs reversible dynamics (symplectic, no drag or velocity terms)")
     n = prob.n_steps
