@@ -89,7 +89,7 @@ class _GramStep:
     """Projection steps from the eigendecomposition of the Gram matrix J M J^T: for a trust radius, the
     Levenberg–Marquardt shift that makes |du|_{M^-1} equal to it (exact at every shift)."""
 
-    def __init__(self, closure, lin, r, mass, mu0):
+    def __init__(self, closure, lin, r, mass, mu0=DEFAULTS.fast_projection.mu0):
         k = r.shape[1]
         m = r.size
         eye = np.eye(m).reshape(2, k, 3, m)

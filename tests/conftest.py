@@ -27,10 +27,3 @@ def pytest_unconfigure(config):
     sys.stderr.flush()
     os._exit(getattr(config, "_cyclic_loop_exitstatus", 0))
 
-
-@pytest.fixture
-def fast_projection_on_n_bodies(monkeypatch):
-    """make_loop's "fast_projection" runs fast projection (and its race) on N bodies too, as on every
-    problem that is not reversible: without it, N bodies start from the two-sided guess (solver_core.reversible)."""
-    from solver_core import loop
-    monkeypatch.setattr(loop, "reversible", lambda prob: False)

@@ -1,5 +1,7 @@
 """Fast projection (vector, M^-1 norm, Newton–Krylov) and the forward/adjoint simulation it runs on:
 derivatives against finite differences, cost per step as counts, convergence on the paper's scenes."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
@@ -8,6 +10,7 @@ import solver_core as sc
 from counting import count_calls
 from solver_core.fast_projection import _Closure, _GramStep, _stop_reason
 from solver_core.forward import _ImplicitStep, mismatch_gradient
+from solver_core.options import DEFAULTS
 from solver_core.scenes.paper import SCENES
 from test_solver_core import small_cloth_problem, small_problem
 
@@ -17,6 +20,11 @@ PROBLEMS = {
     "blender cloth linearized": lambda: small_cloth_problem(scheme="linearized"),
     "blender cloth backward": lambda: small_cloth_problem(scheme="backward"),
 }
+
+
+def _options(**fields):
+    """DEFAULTS with these fast-projection fields changed."""
+    return replace(DEFAULTS, fast_projection=replace(DEFAULTS.fast_projection, **fields))
 
 
 def _controls(prob, rng, scale):
@@ -169,7 +177,7 @@ def test_fast_projection_iteration_factors_each_step_once_beyond_newton(monkeypa
             return out
 
         monkeypatch.setattr(_ImplicitStep, name, counted)
-    info = sc.fast_projection(prob, max_iters=3, accept=np.inf)
+    info = sc.fast_projection(prob, max_iters=3, options=_options(accept=np.inf))
     assert info.nit == 3 and sum(info["trials"]) >= 3
     assert len(factorizations) - sum(in_newton) == L * info.nit
 
@@ -196,14 +204,14 @@ def test_fast_projection_converges_on_the_papers_scenes(name):
 
 def test_fast_projection_by_lsqr_converges_where_the_gram_matrix_is_too_large():
     prob = SCENES["doughnut"](0.08).prob
-    info = sc.fast_projection(prob, gram_max_rows=0, max_iters=60)
+    info = sc.fast_projection(prob, max_iters=60, options=_options(gram_max_rows=0))
     assert info["converged"] and all(k > 0 for k in info["krylov_iterations"])
     assert all(b < a for a, b in zip(info["G"], info["G"][1:]))
 
 
 def test_fast_projection_stops_early_and_keeps_its_iterates():
     prob = SCENES["swinging_cloth"](0.08).prob
-    info = sc.fast_projection(prob, stop_fraction=0.1, keep_iterates=True)
+    info = sc.fast_projection(prob, keep_iterates=True, options=_options(stop_fraction=0.1))
     q = info.x
     G = info["G"]
     assert G[-1] <= 0.1 * G[0] < G[-2]

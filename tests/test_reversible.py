@@ -6,6 +6,7 @@ import solver_core as sc
 from solver_core import loop, reversible
 from solver_core.forward import SimulationFailed
 from solver_core.metrics import jump_ratios
+from solver_core.options import DEFAULTS
 from solver_core.residual import residual_steps
 from solver_core.scenes.nbody import nbody_problem
 from test_solver_core import small_problem
@@ -18,7 +19,7 @@ def test_both_halves_are_exact_simulations_up_to_the_blend(make):
     prob = make()
     q = reversible.two_sided_guess(prob)
     n = prob.n_steps
-    width = int(round(reversible.BLEND * n))
+    width = int(round(DEFAULTS.start.blend * n))
     u = np.abs(residual_steps(prob, q)).max(axis=(1, 2))
     force = np.abs(prob.model.forces(q, np.arange(n))).max()
     outside = np.r_[0:n // 2 - width, n // 2 + width + 1:n]      # the wrap rows 0 and n - 1 included

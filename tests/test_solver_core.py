@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,8 +11,13 @@ import solver_core as sc
 from counting import count_calls
 from derivatives import assert_adjoint_gradient_matches, assert_jacobian_matches, residual_jacobians
 from solver_core import scheme
+from solver_core.options import DEFAULTS
 from solver_core.residual import penalty_terms, residual_steps
 from solver_core.scenes.nbody import nbody_problem
+
+# make_loop's "fast_projection" runs fast projection (and its race) on N bodies too, as on every problem that
+# is not reversible: by default N bodies start from the two-sided guess (solver_core.reversible).
+ONE_SIDED = replace(DEFAULTS, start=replace(DEFAULTS.start, two_sided=False))
 
 
 def small_problem(scheme="symplectic", pins=None, damping=None, substeps=1, eps=0.0, n_frames=8, seed=0):
@@ -231,14 +237,13 @@ def test_fast_projection_closes_a_mild_loop():
     assert np.array_equal(q[0], prob.r0)
 
 
-@pytest.mark.usefixtures("fast_projection_on_n_bodies")
 @pytest.mark.parametrize("n_bodies, seed, winner", [(5, 3, "forward"), (3, 9, "fast_projection")])
 def test_fast_projection_divergence_races_forward_crossfade_and_its_best_iterate(n_bodies, seed, winner):
     prob = nbody_problem(n_bodies, seed=seed, perturbation=0.02)
     with pytest.raises(sc.FastProjectionDiverged) as failed:
         sc.fast_projection(prob)
     assert failed.value.nit > 0 and failed.value.best.shape == (prob.n_steps, prob.n_vertices, 3)
-    res = sc.make_loop(prob, max_iters=5)
+    res = sc.make_loop(prob, max_iters=5, options=ONE_SIDED)
     assert "fast projection" in res.fallback_reason and res.fast_projection_iterations == failed.value.nit
     clip = sc.simulate(prob)
     raced = {}
@@ -252,19 +257,19 @@ def test_fast_projection_divergence_races_forward_crossfade_and_its_best_iterate
     assert res.final_loss == raced[res.init_used] and res.gauss_newton_iterations == 5
 
 
-def test_cache_or_forward_drops_the_start_that_falls_behind(monkeypatch):
+def test_cache_or_forward_drops_the_start_that_falls_behind():
     """loop_clip's "cache_or_forward" runs the start of lower loss to its end first (here the simulation);
-    the other run stops at the first iteration from RACE_FROM on where it is BEHIND times behind, the
+    the other run stops at the first iteration from race_from on where it is behind times behind, the
     message giving its figures there: the same loop as with both run to their end. A cancel in the second
     run returns that run, cancelled."""
     prob = nbody_problem(3, seed=1, perturbation=0.02)
     clip = sc.simulate(prob)
     runs = []
-    for behind in (sc.clip_loop.BEHIND, np.inf):
-        monkeypatch.setattr(sc.clip_loop, "BEHIND", behind)
+    for behind in (DEFAULTS.start.behind, np.inf):
+        options = replace(DEFAULTS, start=replace(DEFAULTS.start, behind=behind))
         seen = []
-        runs.append((sc.loop_clip(prob, clip, "cache_or_forward", callback=lambda info: seen.append(info["iteration"])),
-                     seen))
+        runs.append((sc.loop_clip(prob, clip, "cache_or_forward", callback=lambda info: seen.append(info["iteration"]),
+                                  options=options), seen))
     (raced, seen), (full, seen_full) = runs
     assert raced.init_used == full.init_used == "forward" and raced.final_loss == full.final_loss
     assert seen == list(range(1, raced.gauss_newton_iterations + sc.clip_loop.RACE_FROM + 1))
@@ -291,18 +296,18 @@ def test_cache_or_forward_keeps_a_first_loop_within_the_physics_tolerance_withou
     assert len(seen_full) > full.gauss_newton_iterations >= within.gauss_newton_iterations
 
 
-def test_cache_or_forward_runs_both_starts_when_the_first_loop_has_a_seam(monkeypatch):
+def test_cache_or_forward_runs_both_starts_when_the_first_loop_has_a_seam():
     """A first loop whose wrap can be seen may lose to a seamless one of higher loss: the second run is
     not dropped, however far behind."""
     prob = small_cloth_problem(eps=1e-3, n_frames=12)
-    monkeypatch.setattr(sc.clip_loop, "BEHIND", 0.0)
+    options = replace(DEFAULTS, start=replace(DEFAULTS.start, behind=0.0))
     seen = []
-    res = sc.loop_clip(prob, sc.simulate(prob), "cache_or_forward", callback=lambda info: seen.append(info))
+    res = sc.loop_clip(prob, sc.simulate(prob), "cache_or_forward", callback=lambda info: seen.append(info),
+                       options=options)
     assert res.init_used == "forward" and res.status == sc.loop.CONVERGED_WITH_SEAM
     assert len(seen) > res.gauss_newton_iterations + 10 and "dropped" not in res.message
 
 
-@pytest.mark.usefixtures("fast_projection_on_n_bodies")
 @pytest.mark.parametrize("phase", ["fast_projection", "gauss_newton"])
 def test_cancel_stops_within_one_iteration_with_best_iterate(phase):
     prob = nbody_problem(3, seed=1, perturbation=0.005, n_frames=100)
@@ -312,7 +317,7 @@ def test_cancel_stops_within_one_iteration_with_best_iterate(phase):
         calls.append(info)
         return info["phase"] == phase
 
-    res = sc.make_loop(prob, callback=cancel)
+    res = sc.make_loop(prob, callback=cancel, options=ONE_SIDED)
     assert res.cancelled
     assert calls[-1]["phase"] == phase and calls[-1]["iteration"] == 1
     assert sum(c["phase"] == phase for c in calls) == 1
