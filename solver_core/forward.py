@@ -99,8 +99,8 @@ _RECYCLED_THRESHOLD = 1 << 30
 
 @functools.lru_cache(maxsize=None)
 def _libc():
-    """The C library, looked up once: ``find_library`` runs ``ldconfig -p`` in a child process (~25 ms of wall
-    time; ``recycled_heap`` enters and leaves 4-5 times per Gauss–Newton iteration)."""
+    """The C library, looked up once: ``find_library`` runs ``ldconfig -p`` in a child process, and
+    ``recycled_heap`` enters and leaves several times per Gauss–Newton iteration."""
     return ctypes.CDLL(ctypes.util.find_library("c"))
 
 
@@ -119,8 +119,8 @@ def keep_factor_workspace_off_recycled_memory():
 
     SuperLU reserves several times its factors' size with each factorization and touches a fraction: on
     fresh pages the rest costs no memory, on heap memory recycled from the force models' temporaries it is
-    all resident. Measured on fast projection of the 150-vertex Blender flag in wind (240 steps, 3
-    iterations): peak 2.5 -> 0.7 GB. No effect without glibc.
+    all resident (docs/design/tuning_starts.md: forward.keep_factor_workspace_off_recycled_memory). No effect
+    without glibc.
     """
     _mallopt((_M_MMAP_THRESHOLD, _FIXED_THRESHOLD))
 
@@ -130,10 +130,8 @@ def recycled_heap():
     """Inside: glibc serves large blocks from its heap and keeps them there when freed, so the force models'
     temporaries and CHOLMOD's copies of the matrix reuse pages instead of faulting fresh ones in each call;
     after: both thresholds at 128 KiB, as ``keep_factor_workspace_off_recycled_memory`` leaves them (SuperLU's
-    reservations then still get fresh pages). Measured around Gauss–Newton's assembly and solves on the
-    150-vertex flag (20,160 unknowns, 3 iterations, BLAS on one thread): page faults 721k -> 191k, system CPU
-    4.9 -> 2.5 s, peak 1.00 -> 1.11 GB (keeping the trim threshold raised after: 140k, 1.3 s, but the heap
-    would then never shrink)."""
+    reservations then still get fresh pages); the trim threshold comes down after so that the heap can
+    shrink (docs/design/tuning_starts.md: forward.recycled_heap)."""
     _mallopt((_M_MMAP_THRESHOLD, _RECYCLED_THRESHOLD), (_M_TRIM_THRESHOLD, _RECYCLED_THRESHOLD))
     try:
         yield
@@ -167,9 +165,8 @@ def _openblas_thread_controls():
 @contextlib.contextmanager
 def single_threaded_blas():
     """OpenBLAS on one thread inside (its count restored after): the structured solve's frame blocks, whose small
-    fronts' threaded dgemv spun in sched_yield (square, 32 x 32 quads: 10 CPU minutes without finishing the first
-    direction). The direct solve leaves the BLAS its threads: on the 150-vertex flag's fronts (20,160 unknowns,
-    idle 2-core machine) a factorization took 1.68 s of wall on two threads against 2.51 s on one."""
+    fronts' threaded dgemv spins in sched_yield. The direct solve leaves the BLAS its threads, which its larger
+    fronts use (docs/design/tuning_starts.md: forward.single_threaded_blas)."""
     controls = _openblas_thread_controls()
     before = [get() for get, _ in controls]
     for _, put in controls:
@@ -269,9 +266,8 @@ class _ImplicitStep:
         the matrix is positive definite (buckling cloth, inverted elements), with backtracking on Phi.
         With forces that depend on positions only but have no potential (wind) the backtracking is on the
         conservative terms' Phi with those forces frozen at the iterate (its gradient there is R too; where
-        the direction does not descend on it, on |R|): on |R| the full steps of a stiff cloth were halved
-        2-3 times each (the flag of the paper's scenes: 2.7 residuals per direction against 1.3, 8.3 against
-        6.9 directions per step, and steps where |R| stalled). Otherwise (velocity terms) Newton with
+        the direction does not descend on it, on |R|): on |R| the full steps of a stiff cloth are halved
+        again and again (docs/design/tuning_starts.md: forward._ImplicitStep). Otherwise (velocity terms) Newton with
         backtracking on |R|; when steps stall, the same shift, or with ``levenberg_marquardt`` the descent
         directions of |R|^2 / 2, -(S^T S + 1e-3 shift diag(S^T S))^-1 S^T R.
         """

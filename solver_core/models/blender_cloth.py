@@ -18,10 +18,8 @@ _FLT_EPSILON = 1.1920928955078125e-07  # Blender adds it to the average spring l
 _FB = np.array([-11.541, 34.193, -39.083, 23.116, -9.713])
 _FB_DERIV = np.array([-46.164, 102.579, -78.166, 23.116])
 _FB_DERIV2 = np.array([-138.492, 205.158, -78.166])
-# Weight of the hinges' Gauss–Newton stiffness in the structured preconditioner's sweep. Measured (150-vertex
-# flag, 8 frames from a crossfade, springs' stiffness clamped; PCG relative residual after 50 iterations):
-# 0.356 at 1, 0.071 at 10, 0.055 at 30, 0.081 at 100, 0.19 at 1000; with absolute spring stiffness 0.083 at 1,
-# 0.057 at 3, 0.048 at 10 (from the forward clip 0.169 at 1, 0.065 at 10); the hinges' own |eigenvalues|: 0.22.
+# Weight of the hinges' Gauss–Newton stiffness in the structured preconditioner's sweep
+# (docs/design/tuning_starts.md: models.blender_cloth.SWEEP_BENDING).
 SWEEP_BENDING = 10.0
 
 
@@ -158,9 +156,8 @@ class BlenderSpringTerm(ForceTerm):
     """
 
     smooth = False   # phi's slope jumps at l = L (k against cb, zero for shear springs) and where max switches
-    # Not a ``mesh`` term: with the smoothing metric (residual.SMOOTHING 2) the README's flag went from loss 3.97
-    # (16 iterations, wrap 1.19x) to 1.33 at its 20-iteration cap with its wrap seen (1.99x), and the
-    # 150-vertex flag from 328 in 20 iterations to 177 in 25 (23% more CPU): lower losses, a slower or visible loop
+    # Not a ``mesh`` term: in the smoothing metric the springs give lower losses but a slower loop, or one whose
+    # wrap is seen (docs/design/tuning_starts.md: BlenderSpringTerm is not a mesh term)
 
     def __init__(self, n_vertices, pairs, rest_length, k, kb, cb):
         self.n_vertices = n_vertices
@@ -218,9 +215,8 @@ class BlenderSpringTerm(ForceTerm):
     def stable_jacobian_values(self, q, t):
         """``jacobian_values`` with the absolute values of each spring's stiffness along (dphi) and across
         (phi / l), so each spring's block is negative semi-definite (a compressed spring's negative phi / l
-        would destabilize an implicit step). Measured as the preconditioner's stiffness (150-vertex flag,
-        8 frames, PCG relative residual after 50 iterations): 0.083 with absolute values, 0.356 with the
-        negative parts dropped."""
+        would destabilize an implicit step); as the preconditioner's stiffness it beats dropping the
+        negative parts (docs/design/tuning_starts.md: models.blender_cloth.SWEEP_BENDING)."""
         unit, length, phi, dphi = self._laws(q)
         uu = outer(unit, unit)
         k = np.abs(dphi)[..., None, None] * uu + np.abs(phi / length)[..., None, None] * (np.eye(3) - uu)
