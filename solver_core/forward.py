@@ -380,12 +380,31 @@ class _ImplicitStep:
 
 
 def simulate(prob, n_states=None, controls=None, keep_factors=False):
-    """Forward simulation on the solver grid: states q_0..q_{n_states-1} (default n_steps).
+    """Forward simulation on the solver grid from (r0, r1), pins on their paths.
 
-    ``controls`` (n_states - 1, n, 3): c_j added to the forces of equation j (row 0 unused).
-    With ``keep_factors`` also returns the trajectory's ``Linearization`` (for tangent-linear and adjoint
-    sweeps; the linearized scheme's step factorizations are reused). Raises SimulationFailed when the
-    state blows up or an implicit step fails.
+    Parameters
+    ----------
+    prob : LoopProblem
+        The problem: model, scheme, step and initial conditions.
+    n_states : int, optional
+        Number of states q_0..q_{n_states-1}; ``prob.n_steps`` when None.
+    controls : ndarray, optional
+        (n_states - 1, n, 3): c_j added to the forces of equation j (row 0 unused); zero when None.
+    keep_factors : bool
+        Also return the trajectory's ``Linearization`` (for tangent-linear and adjoint sweeps; the
+        linearized scheme's step factorizations are reused).
+
+    Returns
+    -------
+    q : ndarray
+        The states (n_states, n, 3).
+    lin : Linearization
+        Only with ``keep_factors``: ``(q, lin)``.
+
+    Raises
+    ------
+    SimulationFailed
+        When the state blows up or an implicit step fails.
     """
     model, h = prob.model, prob.h
     n_states = prob.n_steps if n_states is None else int(n_states)

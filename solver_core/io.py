@@ -113,7 +113,15 @@ def _read_npz(path, kind):
 
 
 def save_problem(path, prob):
-    """Save a LoopProblem to ``path`` (.npz)."""
+    """Save a LoopProblem to ``path``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The .npz file to write.
+    prob : LoopProblem
+        The problem: its model (force terms by class name and arrays), time grid, initial conditions and pins.
+    """
     arrays = {}
     meta = dict(kind="problem", format_version=FORMAT_VERSION, model=_encode(prob.model, arrays),
                 n_frames=prob.n_frames, dt=prob.dt, scheme=prob.scheme, eps0=prob.eps0, eps1=prob.eps1,
@@ -124,7 +132,23 @@ def save_problem(path, prob):
 
 
 def load_problem(path):
-    """Load a LoopProblem saved by ``save_problem``."""
+    """Load a LoopProblem saved by ``save_problem``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The .npz file.
+
+    Returns
+    -------
+    LoopProblem
+        The problem as saved.
+
+    Raises
+    ------
+    ValueError
+        When the file is not a problem of this format or lacks an entry.
+    """
     meta, arrays = _read_npz(path, "problem")
     try:
         model = _decode(meta["model"], arrays, _term_classes())
@@ -139,7 +163,15 @@ _RESULT_ARRAYS = ("q", "q_steps", "initial_guess")
 
 
 def save_result(path, res):
-    """Save a LoopResult to ``path`` (.npz)."""
+    """Save a LoopResult to ``path``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The .npz file to write.
+    res : LoopResult
+        The result: its trajectories as arrays, every other field as JSON.
+    """
     fields = {k: v for k, v in res.items() if k not in _RESULT_ARRAYS}
     meta = dict(kind="result", format_version=FORMAT_VERSION, **fields)
     arrays = {k: res[k] for k in _RESULT_ARRAYS}
@@ -148,7 +180,23 @@ def save_result(path, res):
 
 
 def load_result(path):
-    """Load a LoopResult saved by ``save_result``."""
+    """Load a LoopResult saved by ``save_result``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The .npz file.
+
+    Returns
+    -------
+    LoopResult
+        The result as saved.
+
+    Raises
+    ------
+    ValueError
+        When the file is not a result of this format.
+    """
     meta, arrays = _read_npz(path, "result")
     meta.pop("kind"), meta.pop("format_version")
     return LoopResult(**arrays, **meta)

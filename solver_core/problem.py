@@ -19,13 +19,36 @@ class LoopProblem:
 
     The loop has ``n_frames`` frames ``dt`` apart; it is solved on ``substeps`` steps per frame
     (step ``h = dt / substeps``, ``n_steps = n_frames * substeps``, the loop closing on that grid).
-    ``r0``, ``r1``: (n, 3) positions at frames 0 and 1. ``eps0``/``eps1`` = 0 make them hard
-    constraints (removed from the unknowns); > 0 soft penalties ``|q - r|_M^2 / (2 h^3 eps)``.
-    ``pins``: indices of vertices whose positions are prescribed at every frame by
-    ``pin_positions`` ((k, 3) fixed or (n_frames, k, 3) animated; default: their positions in r0).
     Pinned vertices follow their prescription at every frame, frames 0 and 1 included (it takes
-    precedence over r0 and r1). With substeps, the state at step 1 is ``r0 + (r1 - r0) / substeps`` and animated pins are
-    interpolated linearly between frames.
+    precedence over r0 and r1). With substeps, the state at step 1 is ``r0 + (r1 - r0) / substeps`` and
+    animated pins are interpolated linearly between frames.
+
+    Parameters
+    ----------
+    model : Model
+        The force model (masses, force terms, damping) of n vertices.
+    n_frames : int
+        Frames of the loop (at least 4).
+    dt : float
+        Seconds between two frames.
+    r0, r1 : array_like
+        (n, 3) positions at frames 0 and 1.
+    scheme : str
+        Time scheme, one of SCHEMES.
+    eps0, eps1 : float
+        0 makes r0 / r1 hard constraints (removed from the unknowns); > 0 soft penalties
+        ``|q - r|_M^2 / (2 h^3 eps)``.
+    pins : array_like, optional
+        Indices of vertices whose positions are prescribed at every frame.
+    pin_positions : array_like, optional
+        (k, 3) fixed or (n_frames, k, 3) animated positions of the pins; their positions in r0 when None.
+    substeps : int
+        Solver steps per frame.
+
+    Raises
+    ------
+    ValueError
+        When an argument is out of range, of the wrong shape or not finite.
     """
 
     def __init__(self, model, n_frames, dt, r0, r1, scheme="symplectic", eps0=0.0, eps1=0.0,
