@@ -41,9 +41,28 @@ def simulate_backward(prob, first):
 
 
 def two_sided_guess(prob, blend=DEFAULTS.start.blend):
-    """The loop's first half simulated forward from (r0, r1), its second backward from the wrap, blended
-    by a smooth step over ``blend`` of the loop's steps either side of the middle (n_steps, n, 3);
-    ``blend`` is ``StartOptions.blend`` (docs/design/tuning_starts.md: blend)."""
+    """The loop's first half simulated forward from (r0, r1), its second backward from the wrap, blended.
+
+    Parameters
+    ----------
+    prob : LoopProblem
+        A problem of reversible dynamics (``reversible(prob)``).
+    blend : float
+        Half-width of the smooth step between the halves around the loop's middle, a fraction of the
+        loop's steps (``StartOptions.blend``; docs/design/tuning_starts.md: blend).
+
+    Returns
+    -------
+    ndarray
+        The guess (n_steps, n, 3), constraints applied.
+
+    Raises
+    ------
+    ValueError
+        When the dynamics are not reversible.
+    SimulationFailed
+        When a half blows up.
+    """
     if not reversible(prob):
         raise ValueError("the two-sided guess needs reversible dynamics (symplectic, no drag or velocity terms)")
     n = prob.n_steps

@@ -124,9 +124,21 @@ def closed_forward(prob, clip=None):
 
 
 def clip_starts(prob, clip):
-    """The starts of ``loop_clip``'s "cache_or_forward": {"cache": the clip's crossfade, "forward": the
-    solver's own simulation}, the start of lower loss first (the likelier winner); the cache alone when the
-    simulation fails."""
+    """The starts of ``loop_clip``'s "cache_or_forward".
+
+    Parameters
+    ----------
+    prob : LoopProblem
+        The loop problem the clip was simulated for.
+    clip : ndarray
+        The simulated clip (n_frames, n, 3).
+
+    Returns
+    -------
+    dict
+        {"cache": the clip's crossfade, "forward": the solver's own simulation}, the start of lower loss
+        first (the likelier winner); the cache alone when the simulation fails.
+    """
     starts = {"cache": crossfade_loop(clip)}
     try:
         starts["forward"] = simulate(prob)
