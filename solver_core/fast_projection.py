@@ -18,7 +18,7 @@ mismatch of the per-step change (the velocity times h, as in the paper's G), bot
 clip's median per-step change: weighing the velocity mismatch by its own median change makes G strongly
 nonlinear in the controls. Where a control perturbation grows strongly over the clip (the swinging cloth
 and the flag at scale 1) the linear model holds only for short steps and the trust region admits only
-small decreases of G; the measurements and what was tried are in docs/design/tuning_starts.md
+small decreases of G; the measurements, and what does not get past it, are in docs/design/tuning_starts.md
 (gram_max_rows, stall_window) and docs/design/starts.md.
 """
 import time

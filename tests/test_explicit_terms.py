@@ -89,7 +89,7 @@ def test_forward_simulation_is_blenders_step_and_has_zero_residual():
     u = scheme.step_rows(prob, blender[:-2], blender[1:-1], blender[2:], j)
     inertia = np.abs(prob.model.mass[:, None] * (blender[2:] - 2 * blender[1:-1] + blender[:-2]) / prob.h ** 2).max()
     assert np.abs(u).max() < 1e-8 * inertia
-    # linearizing the hinges as well (the scheme before) leaves a residual on Blender's steps
+    # linearizing the hinges as well leaves a residual on Blender's steps
     explicit = prob.model.split_explicit(prob.h)[1]
     t = prob.step_times(j)
     linearized = explicit.jacobian_dot(blender[1:-1], t, blender[2:] - blender[1:-1])

@@ -221,7 +221,7 @@ def test_fast_projection_stops_early_and_keeps_its_iterates():
 
 
 def test_a_stall_needs_a_slow_fall_and_a_trust_region_that_does_not_grow():
-    # the flag at scale 1: G fell by 37% over 5 iterations while the trust region grew, then 100-fold in 3
+    # G as on the flag at scale 1: it falls by 37% over 5 iterations while the trust region grows, then 100-fold
     G = [764.0, 730.0, 664.0, 613.0, 570.0, 484.0]
     growing, shrinking = [1.0, 3.0, 9.0, 27.0, 81.0], [1.0, 0.5, 0.5, 0.25, 0.1]
     assert _stop_reason(G, growing, 1e-6, 0.0, 30, 5) == ""

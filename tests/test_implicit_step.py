@@ -79,8 +79,8 @@ def test_newton_shift_reuses_the_steps_force_jacobian(monkeypatch):
 
 
 def test_simulation_runs_the_blas_on_one_thread(monkeypatch):
-    # one step's products and factorizations are small: a second OpenBLAS thread only spins (the ribbons'
-    # forward simulation: 40 -> 16 s of CPU at the same wall time); the count is restored after
+    # one step's products and factorizations are small: a second OpenBLAS thread only spins
+    # (docs/design/tuning_starts.md: forward.single_threaded_blas); the count is restored after
     controls = forward._openblas_thread_controls()
     assert controls, "NumPy's OpenBLAS was not found in the process"
     before = [get() for get, _ in controls]
@@ -94,9 +94,9 @@ def test_simulation_runs_the_blas_on_one_thread(monkeypatch):
 
 
 def test_windy_newton_backtracks_on_the_frozen_wind_potential(monkeypatch):
-    # the paper's flag at full size: on |R| Newton's full steps were halved again and again and some steps
-    # stalled into the Picard fallback (first 10 steps: 192 directions, 1,350 step residuals); backtracking on
-    # the conservative potential with the wind frozen at the iterate takes nearly every full step
+    # the paper's flag at full size: on |R| Newton's full steps are halved again and again and some steps stall
+    # into the Picard fallback; backtracking on the conservative potential with the wind frozen at the iterate
+    # takes nearly every full step (docs/design/tuning_starts.md: forward._ImplicitStep)
     prob = SCENES["flag"](1.0).prob
     rows = count_calls(monkeypatch, scheme, "step_rows")
     directions = count_calls(monkeypatch, _ImplicitStep, "_direction")

@@ -39,8 +39,7 @@ def test_only_the_undamped_symplectic_step_is_reversible():
 
 @pytest.mark.parametrize("n_bodies, seed", [(3, 17), (4, 4), (5, 11)])
 def test_n_body_loops_from_the_two_sided_guess_are_seamless_in_few_iterations(n_bodies, seed):
-    # from fast projection (or its race) these ran 200 / 176 / 200 iterations to losses 2,591 / 1,141 / 792,
-    # with the wrap's velocity jump 2.6x / 2.9x / 2.0x the median frame boundary
+    # from fast projection (or its race) these crawl to the iteration cap (docs/design/tuning_starts.md: two_sided)
     prob = nbody_problem(n_bodies, seed=seed, perturbation=0.02)
     res = sc.make_loop(prob)
     assert res.init_used == "two_sided" and res.fast_projection_iterations == 0
