@@ -6,7 +6,7 @@ lines of its stderr (``error_message``). No bpy here, and no thread: the caller 
 ``Output.lines``, ``Popen.poll``). The reasoning: docs/design/child_solve.md.
 
 The Python is ``sys.executable`` (Blender's bundled Python since 2.91), else the Python that Blender's
-``sys.base_prefix`` belongs to (Linux distribution builds of Blender); each is probed once per session
+``sys.base_prefix`` belongs to (Linux distribution builds of Blender); each is probed once per Blender session
 (``python -m solver_core versions``): it must have the same Python minor version, numpy and SciPy as
 Blender. Its module search path is the solver package's folder and Blender's ``sys.path`` without
 Blender's standard library, so it finds the same numpy, SciPy (bundled extension wheels included) and
@@ -50,14 +50,14 @@ def command(python, *args):
 
 def probe(python):
     """(usable, reason): can ``python`` run the solver, with this Python's minor version, numpy and SciPy?
-    Each path is probed once per session."""
+    Each path is probed once per Blender session."""
     found, reason = Search([python]).wait()
     return found is not None, reason
 
 
 class Search:
     """The first usable Python of ``pythons`` (default ``candidates()``), found without blocking: each is
-    probed (``python -m solver_core versions``, once per session) in a child process, one at a time, and
+    probed (``python -m solver_core versions``, once per Blender session) in a child process, one at a time, and
     ``poll()`` advances the search. Blender's modal Make Loop polls it from its timer, so no Python thread
     runs beside Blender's drawing."""
 

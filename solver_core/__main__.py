@@ -61,6 +61,8 @@ def _check_output(problem, output):
 
 
 def cmd_loop(args):
+    """Solve (or crossfade) the saved problem, save its LoopResult; progress lines on stdout, a summary on
+    stderr."""
     _check_output(args.problem, args.output)
     if args.clip is None and (args.init == "cache" or args.method == "crossfade"):
         what = "--method crossfade blends" if args.method == "crossfade" else "--init cache starts from"
@@ -84,13 +86,39 @@ def cmd_loop(args):
 
 
 def source_metrics(prob, clip):
-    """``loop_metrics`` of the simulated ``clip`` (n_frames, n, 3) played as a loop: the report's source
-    column, which a result made from a clip carries as ``metrics["source"]``."""
+    """The metrics of a simulated clip played as a loop.
+
+    Parameters
+    ----------
+    prob : LoopProblem
+        The problem taken from the clip.
+    clip : ndarray, shape (n_frames, n, 3)
+        The simulated clip.
+
+    Returns
+    -------
+    dict
+        ``loop_metrics`` of the clip on the solver's grid: the report's source column, which a result made
+        from a clip carries as ``metrics["source"]``.
+    """
     return loop_metrics(prob, prob.steps_of(clip))
 
 
 def summary(res, output):
-    """The lines ``loop`` ends with on stderr: the result's message, how it was found, where it was saved."""
+    """The lines ``loop`` ends with on stderr.
+
+    Parameters
+    ----------
+    res : LoopResult
+        The saved result.
+    output : str
+        Where it was saved.
+
+    Returns
+    -------
+    list of str
+        The result's message (when it has one), its init and iterations, and where it was saved.
+    """
     lines = [res.message] if res.message else []
     lines.append(f"init {res.init_used}; iterations: fast projection {res.fast_projection_iterations}, "
                  f"Gauss-Newton {res.gauss_newton_iterations} ({res.stop_reason or 'done'})")
@@ -116,6 +144,18 @@ def cmd_demo(args):
 
 
 def main(argv=None):
+    """Run the command line.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after ``python -m solver_core`` (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 done, 2 bad input, 3 the solve failed or ran out of memory, 130 interrupted.
+    """
     parser = argparse.ArgumentParser(prog="python -m solver_core", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
