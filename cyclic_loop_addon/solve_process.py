@@ -1,10 +1,12 @@
-"""The physical solve in a separate Python process, so that Blender's interface keeps the GIL: the
-solver's own command line (``python -m solver_core loop problem.npz -o result.npz --clip clip.npy``)
-on the solver's own files, its progress lines read from its stdout (a file in its folder). No bpy here, and
-no thread: the caller polls (``Search.poll``, ``Output.lines``, ``Popen.poll``).
+"""The solve in a separate Python process, so that Blender's interface keeps the GIL: the solver's own
+command line (``python -m solver_core loop problem.npz -o result.npz --clip clip.npy``) on the solver's own
+files. Its one result is result.npz (the LoopResult, ``sc.load_result``), its one progress stream the
+progress lines of its stdout (a file in its folder, read with ``Output``), its errors the ``error: ...``
+lines of its stderr (``error_message``). No bpy here, and no thread: the caller polls (``Search.poll``,
+``Output.lines``, ``Popen.poll``). The reasoning: docs/design/child_solve.md.
 
 The Python is ``sys.executable`` (Blender's bundled Python since 2.91), else the Python that Blender's
-``sys.base_prefix`` belongs to (Linux distribution builds of Blender); each is probed once per session
+``sys.base_prefix`` belongs to (Linux distribution builds of Blender); each is probed once per Blender session
 (``python -m solver_core versions``): it must have the same Python minor version, numpy and SciPy as
 Blender. Its module search path is the solver package's folder and Blender's ``sys.path`` without
 Blender's standard library, so it finds the same numpy, SciPy (bundled extension wheels included) and
@@ -48,16 +50,16 @@ def command(python, *args):
 
 def probe(python):
     """(usable, reason): can ``python`` run the solver, with this Python's minor version, numpy and SciPy?
-    Each path is probed once per session."""
+    Each path is probed once per Blender session."""
     found, reason = Search([python]).wait()
     return found is not None, reason
 
 
 class Search:
     """The first usable Python of ``pythons`` (default ``candidates()``), found without blocking: each is
-    probed (``python -m solver_core versions``, once per session) in a child process, one at a time, and
-    ``poll()`` advances the search. Blender's modal Make Loop polls it from its timer: no Python thread
-    runs beside Blender's drawing (Blender's documentation: such threads end up crashing it)."""
+    probed (``python -m solver_core versions``, once per Blender session) in a child process, one at a time, and
+    ``poll()`` advances the search. Blender's modal Make Loop polls it from its timer, so no Python thread
+    runs beside Blender's drawing."""
 
     def __init__(self, pythons=None):
         self._todo = list(candidates() if pythons is None else pythons)
@@ -214,10 +216,3 @@ def error_message(folder):
         print(text, end="", file=sys.stderr)
     return errors[-1] if errors else ""
 
-
-def read_report(lines):
-    """The report the child printed last (a JSON object from a line "{" on) among its other ``lines`` of
-    stdout, which go to the console."""
-    start = max(i for i, line in enumerate(lines) if line.rstrip("\n") == "{")
-    print("".join(lines[:start]), end="")
-    return json.loads("".join(lines[start:]))

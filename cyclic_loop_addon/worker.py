@@ -4,11 +4,12 @@ comes in as numpy, progress goes out as dicts, the modal operator's timer follow
 
 With ``python`` set the job (the physical solve or the crossfade) runs in a child Python process (the
 solver's command line, see solve_process), which the job follows from the calling thread: it probes the
-Python, starts the child, reads its progress lines and its result as ``progress()`` or ``wait()`` are
-called. No Python thread runs beside Blender's drawing (Blender's documentation: threads left running after
-a script returns end up crashing its drawing code; Blender 3.4 did, now and then, with the thread that used
-to wait for the child). Without a usable Python it runs on a worker thread in this process, and the
-report's notes say so.
+Python, starts the child, reads its progress lines as ``progress()`` or ``wait()`` are called, and at the
+end reloads the LoopResult the child saved. No Python thread runs beside Blender's drawing while the child
+works. Without a usable Python it runs on a worker thread in this process, and the report's notes say so.
+Either way the LoopResult comes from ``solve.solve`` or ``solve.crossfade`` (in the child: the same
+solver_core calls) and the report from ``solve.report``. Why a child process, why no thread: see
+docs/design/child_solve.md.
 """
 import os
 import queue
@@ -63,7 +64,6 @@ class SolveJob:
         self._search = None         # solve_process.Search while the Python is probed
         self._child = None          # the running solve_process child (a Popen)
         self._output = None         # its solve_process.Output
-        self._lines = []            # its lines of stdout that are not progress lines
 
     def start(self):
         """Start the job and return: a child process's probe, or a worker thread."""
@@ -146,7 +146,7 @@ class SolveJob:
             self.where = "thread"
             if self.method == "crossfade":
                 self._callback(dict(phase="crossfade", iteration=0, loss=float("nan")))
-                q, report = self._report(sc.crossfade_clip(self.gathered.problem, self.gathered.source))
+                q, report = self._report(solve.crossfade(self.gathered))
             else:
                 q, report = self._report(solve.solve(self.gathered, self.settings, callback=self._callback))
             if self._cancel.is_set() or report is None:
@@ -159,7 +159,8 @@ class SolveJob:
             self._finished.set()
 
     def _report(self, result):
-        """(q, report) of a LoopResult; report None when it was cancelled."""
+        """(q, report) of a LoopResult made here or reloaded from the child's result file; report None when
+        it was cancelled."""
         return result.q, None if result.cancelled else solve.report(self.gathered, result, self.notes)
 
     def _advance(self):
@@ -211,19 +212,19 @@ class SolveJob:
         return True
 
     def _read(self, final):
-        """Post the child's new progress lines; once it has ended (``final``), take its result or error."""
+        """Post the child's new progress lines (any other line goes to the console); once it has ended
+        (``final``), reload its LoopResult and build the report here, or raise its error."""
         for line in self._output.lines(final):
             info = sc.parse_progress(line)
             if info is not None:
                 self._post(info)
             else:
-                self._lines.append(line)
+                print(line, end="", flush=True)
         if not final:
             return
         status = self._child.wait()
         if status == 0:
-            report = dict(solve_process.read_report(self._lines), **solve.about(self.gathered, self.notes))
-            self.q, self.report = sc.load_result(os.path.join(self.folder, "result.npz")).q, report
+            self.q, self.report = self._report(sc.load_result(os.path.join(self.folder, "result.npz")))
             self._end()
             return
         message = solve_process.error_message(self.folder)

@@ -1,5 +1,16 @@
-"""Command line: ``python -m solver_core loop PROBLEM.npz -o RESULT.npz``, ``versions``, ``demo nbody``,
-``bench nbody``, ``bench speed``. The add-on's background solve is ``loop`` in a child Python."""
+"""Command line: ``python -m solver_core loop PROBLEM.npz -o RESULT.npz [--clip CLIP.npy]``, ``versions``,
+``demo nbody``.
+
+``loop`` is also the add-on's background solve in a child Python (docs/design/child_solve.md). It has one
+result channel and one progress stream: the LoopResult goes to RESULT.npz (``save_result``; read it back with
+``load_result``, and build its report with ``loop_report``), stdout carries only progress lines
+(``progress_line``, one per iteration), and stderr ends with a short summary in words, or carries the
+``error: ...`` line of a failure. With ``--clip`` the result's ``metrics["source"]`` holds the metrics of the
+clip played as a loop, the report's source column.
+
+Exit statuses: 0 done, 2 bad input (nothing written), 3 the solve failed or ran out of memory, 130
+interrupted, 1 the parent went away (``--stop-with-stdin``).
+"""
 import argparse
 import json
 import os
@@ -12,8 +23,10 @@ import numpy as np
 from .clip_loop import CLIP_INITS, LoopFailed, crossfade_clip, loop_clip
 from .io import load_problem, save_result
 from .linsolve import BACKENDS
-from .loop import MAX_ITERS, PHYSICS_TOL, TOL, make_loop
-from .report import loop_report, progress_line, versions
+from .loop import make_loop
+from .metrics import loop_metrics
+from .options import MAX_ITERS, PHYSICS_TOL, TOL
+from .report import progress_line, versions
 
 
 def _progress(info):
@@ -48,6 +61,8 @@ def _check_output(problem, output):
 
 
 def cmd_loop(args):
+    """Solve (or crossfade) the saved problem, save its LoopResult; progress lines on stdout, a summary on
+    stderr."""
     _check_output(args.problem, args.output)
     if args.clip is None and (args.init == "cache" or args.method == "crossfade"):
         what = "--method crossfade blends" if args.method == "crossfade" else "--init cache starts from"
@@ -63,8 +78,52 @@ def cmd_loop(args):
         res = _crossfade(prob, clip, callback)
     else:
         res = make_loop(prob, **options) if clip is None else loop_clip(prob, clip, **options)
+    if clip is not None:
+        res.metrics["source"] = source_metrics(prob, clip)
     save_result(args.output, res)
-    print(json.dumps(loop_report(prob, res, clip), indent=2))
+    for line in summary(res, args.output):
+        print(line, file=sys.stderr)
+
+
+def source_metrics(prob, clip):
+    """The metrics of a simulated clip played as a loop.
+
+    Parameters
+    ----------
+    prob : LoopProblem
+        The problem taken from the clip.
+    clip : ndarray, shape (n_frames, n, 3)
+        The simulated clip.
+
+    Returns
+    -------
+    dict
+        ``loop_metrics`` of the clip on the solver's grid: the report's source column, which a result made
+        from a clip carries as ``metrics["source"]``.
+    """
+    return loop_metrics(prob, prob.steps_of(clip))
+
+
+def summary(res, output):
+    """The lines ``loop`` ends with on stderr.
+
+    Parameters
+    ----------
+    res : LoopResult
+        The saved result.
+    output : str
+        Where it was saved.
+
+    Returns
+    -------
+    list of str
+        The result's message (when it has one), its init and iterations, and where it was saved.
+    """
+    lines = [res.message] if res.message else []
+    lines.append(f"init {res.init_used}; iterations: fast projection {res.fast_projection_iterations}, "
+                 f"Gauss-Newton {res.gauss_newton_iterations} ({res.stop_reason or 'done'})")
+    lines.append(f"result saved to {output}")
+    return lines
 
 
 def _crossfade(prob, clip, callback):
@@ -84,25 +143,21 @@ def cmd_demo(args):
     run_demo(args.out, n_bodies=args.bodies, seed=args.seed)
 
 
-def cmd_bench(args):
-    if args.suite == "nbody":
-        from .scenes.bench_nbody import run_benchmark
-        run_benchmark(seeds=range(1, args.seeds + 1))
-    elif args.suite == "table1":
-        from .scenes.bench_table1 import run_benchmark
-        run_benchmark(args.scenes, args.scale, args.max_iters, args.backend, args.budget)
-    elif args.suite == "speed":
-        from .scenes.bench_speed import run_benchmark
-        run_benchmark(args.steps, args.scenes, scaling=not args.no_scaling, big=not args.no_big, big_only=args.big_only)
-
-
-def cmd_figures(args):
-    from .scenes.figures import make_figures
-    make_figures(args.out, args.scale, args.max_iters, args.backend)
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m solver_core", description=__doc__)
+    """Run the command line.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after ``python -m solver_core`` (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 done, 2 bad input, 3 the solve failed or ran out of memory, 130 interrupted.
+    """
+    parser = argparse.ArgumentParser(prog="python -m solver_core", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("loop", help="solve a saved LoopProblem and save the LoopResult")
     p.add_argument("problem")
@@ -131,26 +186,6 @@ def main(argv=None):
     p.add_argument("--bodies", type=int, default=5)
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=cmd_demo)
-    p = sub.add_parser("bench", help="print benchmark figures")
-    p.add_argument("suite", choices=["nbody", "table1", "speed"])
-    p.add_argument("--steps", type=int, default=4, help="speed: Gauss-Newton steps per solve (with --big-only: steps of the big case)")
-    p.add_argument("--no-scaling", action="store_true", help="speed: skip the scaling table")
-    p.add_argument("--no-big", action="store_true", help="speed: skip the 2000-vertex x 1000-frame case")
-    p.add_argument("--big-only", action="store_true", help="speed: only the 2000-vertex x 1000-frame case")
-    p.add_argument("--seeds", type=int, default=20, help="nbody: seeds 1..S of each of 3, 4 and 5 bodies")
-    p.add_argument("--scenes", nargs="*", help="table1: scenes to run (default all)")
-    p.add_argument("--scale", type=float, default=1.0, help="table1: mesh and frame scale (1 = paper size)")
-    p.add_argument("--max-iters", type=int, default=1000)
-    p.add_argument("--backend", default="auto")
-    p.add_argument("--budget", type=float, help="table1: cancel a scene's make_loop after this many seconds and "
-                                                "measure its best loop so far")
-    p.set_defaults(func=cmd_bench)
-    p = sub.add_parser("figures", help="save the flag's seam, and the paper's Fig. 9 and Fig. 11d for our implementation")
-    p.add_argument("--out", default="out")
-    p.add_argument("--scale", type=float, default=1.0)
-    p.add_argument("--max-iters", type=int, default=1000)
-    p.add_argument("--backend", default="auto")
-    p.set_defaults(func=cmd_figures)
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     try:
