@@ -1,6 +1,8 @@
-"""Data images (no colour management) written and read with Blender's image API: 16-bit PNG, half-float EXR.
+"""Images written and read with Blender's image API: data images (no colour management) as 16-bit PNG or
+half-float EXR, and pictures (the seam picture) as 8-bit RGB PNG.
 
-Arrays are (height, width, 4) float32 RGBA with row 0 at the top of the picture, as in the file.
+Data arrays are (height, width, 4) float32 RGBA, pictures (height, width, 3) uint8 RGB, row 0 at the top of
+the picture, as in the file.
 """
 import os
 
@@ -43,6 +45,39 @@ def write_image(path, rgba, what="image"):
                 raise LoopInputError(f"Blender wrote no {what} at {path}")
     finally:
         bpy.data.scenes.remove(scene)
+        bpy.data.images.remove(image)
+    return path
+
+
+def write_picture(path, rgb, what="picture"):
+    """Write a picture as an 8-bit RGB PNG, atomically, its bytes unchanged.
+
+    Parameters
+    ----------
+    path : str
+        The .png file to write.
+    rgb : numpy.ndarray, (H, W, 3) uint8
+        The picture, row 0 at the top.
+    what : str
+        What the file is, for error messages.
+
+    Returns
+    -------
+    str
+        ``path``.
+    """
+    height, width = rgb.shape[:2]
+    image = bpy.data.images.new(os.path.basename(path), width, height, alpha=False)   # 8-bit RGB buffer
+    try:
+        rgba = np.concatenate([rgb[::-1] / 255.0, np.ones((height, width, 1))], axis=-1)
+        image.pixels.foreach_set(rgba.astype(np.float32).ravel())     # byte = round(255 x), the same bytes
+        image.file_format = "PNG"
+        with atomic_path(path, what) as tmp:
+            image.filepath_raw = tmp
+            image.save()                # the byte buffer as it is: no view transform on a byte image's save
+            if not os.path.exists(tmp):
+                raise LoopInputError(f"Blender wrote no {what} at {path}")
+    finally:
         bpy.data.images.remove(image)
     return path
 
