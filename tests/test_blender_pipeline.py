@@ -14,6 +14,7 @@ import bmesh  # noqa: E402
 from blender_helpers import (ROOT, SAMPLES, evaluated_local, evaluated_locations, open_sample,  # noqa: E402
                              sample_path, settings, sha256)
 from cyclic_loop_addon import bake, export, scene_io, solve, writeback  # noqa: E402
+from cyclic_loop_addon import verdict as words  # noqa: E402
 from cyclic_loop_addon.errors import LoopInputError, LoopSolveError  # noqa: E402
 from cyclic_loop_addon.solver import sc  # noqa: E402
 
@@ -329,7 +330,7 @@ def test_the_readme_main_jobs_loop_is_seamless_and_closer_to_physics_than_the_ca
     # in a steady wind the flag's motion settles, and so does its most physical loop: it moves at a third of
     # the cache's speed (0.046 against 0.148 m/s), and the verdict says so
     assert rep["loop"]["speed"] < 0.4 * rep["source"]["speed"]
-    assert "Motion: calmer than cache" in [v["headline"] for v in sc.verdict(rep)]
+    assert "Motion: calmer than cache" in [v["headline"] for v in words.verdict(rep)]
 
 
 def test_bake_defaults_finish_a_seamless_loop_of_blender_cloth():
@@ -364,7 +365,7 @@ def test_cloth_defaults_keep_the_wave_of_a_flag_in_gusts():
     moves = [np.ptp(q, axis=0).max() for q in (gathered.source, result.q)]
     assert moves[1] > 0.7 * moves[0]
     assert rep["loop"]["speed"] > 0.7 * rep["source"]["speed"]             # 0.89 of it
-    assert "Motion: calmer than cache" not in [v["headline"] for v in sc.verdict(rep)]
+    assert "Motion: calmer than cache" not in [v["headline"] for v in words.verdict(rep)]
 
 
 def test_cloth_defaults_drop_the_start_that_falls_behind():
