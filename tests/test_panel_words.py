@@ -98,8 +98,8 @@ def test_progress_moves_at_most_a_tenth_between_two_looks_until_writing():
 
 def test_one_refresh_is_one_look_whatever_it_reads():
     """The panel's refresh reads the bar and the headline's percentage: one look, one move of at most
-    MAX_MOVE, the same percentage in both (CI saw 6% -> 25% in one refresh when the headline looked too:
-    fast projection stopped after 11 iterations, then two of a 6-iteration budget came in before a refresh)."""
+    MAX_MOVE, the same percentage in both, even when fast projection stops after 11 iterations and two of a
+    6-iteration budget come in before a refresh (docs/design/report.md: MAX_MOVE)."""
     clock = Clock()
     p = Progress(max_iters=6, init="fast_projection", clock=clock)
     p.update("")
@@ -142,8 +142,8 @@ def test_progress_expects_the_solve_to_stop_where_the_residual_meets_the_physics
 def test_progress_expects_a_run_to_stop_where_its_loss_settles_and_the_race_to_drop_the_second_run():
     """With losses the time left counts TYPICAL_ITERATIONS per run until the loss's tail shows (an iteration
     lowers it by under TAIL), then the tail's own length; "cache_or_forward" adds RACE_FROM iterations for the
-    second run, whose start (the loss rises) the bar recognizes. Not the 2 x 50-iteration budget: the
-    150-vertex flag's bar said "about 8 min left" two minutes before the end."""
+    second run, whose start (the loss rises) the bar recognizes; not the 2 x 50-iteration budget, which
+    overstates the time left (docs/design/report.md: time left)."""
     clock = Clock()
     p = Progress(max_iters=50, init="cache_or_forward", clock=clock, physics_tol=0.01)
     loss = 1e6
@@ -164,8 +164,8 @@ def test_progress_expects_a_run_to_stop_where_its_loss_settles_and_the_race_to_d
 
 def test_a_residual_within_the_tolerance_of_a_run_that_goes_on_no_longer_sets_the_time_left():
     """The solver stops at the physics tolerance only when the wrap cannot be seen: a run whose residual
-    stays within it for RATE_WINDOW iterations goes on, and its loss decides (square16's bar stood at 89% for
-    two thirds of the run); the residual's rate is its slowest over the window (it levels off)."""
+    stays within it for RATE_WINDOW iterations goes on, and its loss decides (docs/design/report.md: time
+    left); the residual's rate is its slowest over the window (it levels off)."""
     clock = Clock()
     p = Progress(max_iters=50, init="cache", clock=clock, physics_tol=0.01)
     for it, (residual, loss) in enumerate([(0.04, 100.0), (0.03, 50.0), (0.02, 40.0), (0.01, 30.0)], start=1):
