@@ -33,7 +33,7 @@ def test_progress_never_jumps_when_fast_projection_gives_up_early():
     p = Progress(max_iters=20, clock=clock)
     assert p.headline() == "Reading the simulation 0%" and p.time_text() == "0 s elapsed · time left: estimating"
     seen = [p.update("")]
-    for it in range(1, 5):              # fast projection stops after 4 of its up to 100 iterations
+    for it in range(1, 5):              # fast projection stops after 4 of its up to FP_ITERATIONS (30)
         clock.t += 1.0
         seen.append(p.update("fast_projection", it))
     assert p.headline().startswith("Initial guess ")
