@@ -34,6 +34,7 @@ from .progress import Progress
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
 from .solver import sc
 from .outputs import OUTPUTS
+from .verdict import verdict_lines
 from .vocabulary import ITERATIONS, MODEL_DEFAULTS, MODELS, SCHEMES, names
 
 
@@ -201,7 +202,7 @@ def run(args):
     with files.all_or_nothing():        # every output complete, or none of them
         pipeline.run(job, paths, keys=bool(args.output), attach=bool(args.output), on_write=writing)
     _say("wrote " + ", ".join(getattr(args, o.name) for o in OUTPUTS if getattr(args, o.name)))
-    for line in sc.verdict_lines(job.report) + sc.format_report(job.report):
+    for line in verdict_lines(job.report) + sc.format_report(job.report):
         _say(line)
     return job.report
 

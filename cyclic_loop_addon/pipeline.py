@@ -13,7 +13,7 @@ import bpy
 from . import export, files, gltf, guard, preview, scene_io, vat, web_preview, writeback
 from .files import atomic_path
 from .outputs import BY_NAME
-from .solver import sc
+from .verdict import verdict
 from .worker import SolveJob
 
 
@@ -67,7 +67,7 @@ def finish(job, paths, keys=False, attach=False, context=None):
                 raise files.writer_failure(path["output"], paths["output"][1], exc) from exc
     if "json" in path:
         with atomic_path(path["json"], paths["json"][1]) as tmp, open(tmp, "w") as f:
-            json.dump(dict(job.report, verdict=sc.verdict(job.report)), f, indent=2)
+            json.dump(dict(job.report, verdict=verdict(job.report)), f, indent=2)
 
 
 def _loadable(path):

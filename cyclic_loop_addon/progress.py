@@ -1,6 +1,8 @@
 """Progress of one Make Loop or bake in words: the phase, a percentage that only moves forward and never
 jumps, the time elapsed and an estimate of the time left. No bpy: the panel, the status bar and bake.py
-print the same figures.
+print the same figures. The solver's own counts (fast projection's cap, the race's iterations, Gauss–Newton's
+stopping rule) come from ``solver_core.options.DEFAULTS``; the fractions and the expectations below are the
+bar's own (docs/design/report.md: progress).
 """
 import math
 import time
@@ -9,28 +11,29 @@ import numpy as np
 
 from .solver import sc
 
+_SOLVER = sc.DEFAULTS       # the solver's default options: the counts the bar expects
 # the solver's callback phases (and the add-on's own steps around the solve) in words
 PHASE_WORDS = {"gather": "Reading the simulation", "": "Starting the solver", "fast_projection": "Initial guess",
                "forward": "Initial guess", "crossfade": "Crossfade", "gauss_newton": "Optimizing",
                "write": "Writing the loop"}
-FP_ITERATIONS = 100     # fast projection's iteration cap (solver_core's default)
+FP_ITERATIONS = _SOLVER.fast_projection.max_iters     # fast projection's iteration cap
+FTOL, KINK_WINDOW = _SOLVER.gauss_newton.ftol, _SOLVER.gauss_newton.kink_window    # Gauss–Newton's settle test
+RACE_ITERATIONS = _SOLVER.start.race_iterations       # after a failed fast projection: iterations per start
+RACE_FROM = _SOLVER.start.race_from                   # "cache_or_forward": the trailing run may drop from here
 STARTED = 0.03          # the fraction once the simulation is read
 GUESS_END = 0.35        # fast projection fills up to this fraction (it may stop early: optimizing goes on from there)
 SOLVED = 0.97           # the fraction when the solve is done; writing fills the rest
 MAX_MOVE = 0.1          # the most the bar moves between two looks before writing (a loaded machine looks
-                        # seldom while iterations may be fast: CI saw +22% between two looks at a 12-iteration budget)
+                        # seldom while iterations may be fast)
 RATE_WINDOW = 3         # iterations over which the residual's rate towards the physics tolerance is measured
-# Where the loss is known, a Gauss–Newton run is expected to take TYPICAL_ITERATIONS (the defaults' runs on Blender
-# cloth: 150-vertex flag 20, the README's flag 16, gusts 21, ribbons 29, square16 21 iterations) until its tail
-# shows: once an iteration lowers the loss by less than TAIL of it, the run is expected to stop where that
-# decrease, shrinking by SHRINK per iteration, falls below STOP_DECREASE (Gauss–Newton's own stops: FTOL over
-# KINK_WINDOW iterations). In "cache_or_forward" the second run is expected to be dropped after RACE_FROM
-# iterations. Replayed on those runs' logs, the time left this predicts at each iteration puts the end within
-# 0.55-1.39x of the actual one from the 4th iteration on (square16: 0.15-0.3x while its residual heads under the
-# tolerance of a loop whose wrap is still seen); the cap's budget put it at 3.5-5x in the tails, 7.7x at the start.
+# Where the loss is known, a Gauss–Newton run is expected to take TYPICAL_ITERATIONS (the defaults' runs on
+# Blender cloth take about as many) until its tail shows: once an iteration lowers the loss by less than TAIL of
+# it, the run is expected to stop where that decrease, shrinking by SHRINK per iteration, falls below
+# STOP_DECREASE (Gauss–Newton's own stops: FTOL over KINK_WINDOW iterations). In "cache_or_forward" the second
+# run is expected to be dropped after RACE_FROM iterations (docs/design/report.md: time left).
 TYPICAL_ITERATIONS = 20
 TAIL, SHRINK = 0.05, 0.3
-STOP_DECREASE = sc.gauss_newton.FTOL / sc.gauss_newton.KINK_WINDOW
+STOP_DECREASE = FTOL / KINK_WINDOW
 
 
 def words(phase):
@@ -96,7 +99,7 @@ class Progress:
         now = self.clock()
         if phase != self.phase:
             if self.phase == "fast_projection":
-                self.budget = self.max_iters + min(sc.loop.RACE_ITERATIONS, self.max_iters)
+                self.budget = self.max_iters + min(RACE_ITERATIONS, self.max_iters)
             self.phase = phase
             self._phase_start, self._first_iteration = (now, self.fraction), None
         self.iteration = int(iteration)
@@ -146,13 +149,13 @@ class Progress:
             return None
         runs_before, start = self._run
         i, now = self._losses[-1]
-        end = start + (TYPICAL_ITERATIONS if runs_before == 0 else sc.clip_loop.RACE_FROM)
+        end = start + (TYPICAL_ITERATIONS if runs_before == 0 else RACE_FROM)
         if len(self._losses) > 1:
             decrease = (self._losses[-2][1] - now) / max(now, 1e-300)
             left = 1 if decrease <= STOP_DECREASE else math.ceil(math.log(STOP_DECREASE / decrease) / math.log(SHRINK))
             end = i + left if decrease < TAIL else max(i + left, end)
         if runs_before + 1 < self.runs:
-            end += sc.clip_loop.RACE_FROM
+            end += RACE_FROM
         return end
 
     def _end_by_residual(self):

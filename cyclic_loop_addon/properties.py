@@ -78,7 +78,7 @@ class CyclicLoopRun(bpy.types.PropertyGroup):
     iterations: IntProperty(default=0)
     status_text: StringProperty(default="", description="The phase and percentage, in words")
     time_text: StringProperty(default="", description="Time elapsed and left, in words")
-    verdict: StringProperty(default="[]", description="The last run's verdicts (JSON of solver_core.verdict)")
+    verdict: StringProperty(default="[]", description="The last run's verdicts (JSON of verdict.verdict)")
     details: StringProperty(default="", description="The last run's figures, one per line")
     notes: StringProperty(default="", description="Settings approximated or ignored, one per line")
     show_details: BoolProperty(name="Details", default=False, description="Show the figures of the last run")

@@ -7,7 +7,7 @@ import bpy.utils.previews
 import numpy as np
 
 from . import preview, timeline
-from .solver import sc
+from .verdict import details, verdict
 
 _previews = None        # bpy.utils.previews collection holding the seam picture
 
@@ -31,10 +31,28 @@ def show_picture(rgb):
 
 
 def record(context, run, gathered, q, rep, set_scene_range):
-    """Store the verdicts, figures and notes of report ``rep`` in ``run``, show the seam picture of loop
-    q and, when ``set_scene_range``, set the scene's frame range to the loop."""
-    run.verdict = json.dumps(sc.verdict(rep))
-    run.details = "\n".join(sc.verdict_details(rep))
+    """Show a finished run in the panel.
+
+    Stores the verdicts, figures and notes of ``rep`` in ``run``, shows the seam picture of loop q and,
+    when ``set_scene_range``, sets the scene's frame range to the loop.
+
+    Parameters
+    ----------
+    context : bpy.types.Context
+        The context of the scene the loop was made in.
+    run : properties.CyclicLoopRun
+        The scene's run state (``scene.cyclic_loop_run``).
+    gathered : scene_io.Gathered
+        The gathered simulation.
+    q : array_like, (N, n, 3)
+        The loop's frames.
+    rep : dict
+        The loop's report (``solver_core.loop_report``).
+    set_scene_range : bool
+        Set the scene's frame range to the loop.
+    """
+    run.verdict = json.dumps(verdict(rep))
+    run.details = "\n".join(details(rep))
     run.notes = "\n".join(rep.get("notes", []))
     run.loop_first, run.loop_last = gathered.frame_start, int(gathered.frames[-1])
     run.loop_step = gathered.frame_step

@@ -533,7 +533,8 @@ def _check_closed(obj, rest, tris):
 
 
 def _problem(parts, settings, model_name):
-    """The LoopProblem of ``parts`` (sc.LoopParts) with the settings' scheme, soft constraints, sub-steps."""
+    """The LoopProblem of ``parts`` (solver_core.blender_scene.LoopParts) with the settings' scheme, soft
+    constraints and sub-steps."""
     scheme = SCHEME_OF_MODEL[model_name] if settings.scheme == "auto" else settings.scheme
     try:
         return sc.problem_from_parts(parts, scheme, settings.soft, int(settings.substeps))

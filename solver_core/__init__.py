@@ -1,4 +1,11 @@
-"""Physical cyclic animations (Jia, Wang, Li, Chern 2023) in numpy/scipy. Never imports bpy."""
+"""Physical cyclic animations (Jia, Wang, Li, Chern 2023) in numpy/scipy. Never imports bpy.
+
+``__all__`` is the public API: a problem (``LoopProblem``, its models, forces and contacts), the solve
+(``make_loop``, ``loop_clip``, ``fast_projection``, ``GaussNewton``, ``simulate``, ``crossfade_clip``) and
+its tuning (``Options``), the result and its figures (``LoopResult``, ``residual``, ``loss``,
+``loop_metrics``, ``loop_report``), files (``save_problem`` ... ``load_result``) and failures. The other
+names imported here are the add-on's and the tests' way in until they import the submodules themselves.
+"""
 from .models.base import ForceTerm, Model, VelocityTerm, sample_periodic
 from .models.nbody import NBody, NBodyGravity
 from .problem import LoopProblem
@@ -8,13 +15,12 @@ from .forward import simulate, SimulationFailed
 from .fast_projection import fast_projection, FastProjectionDiverged
 from .gauss_newton import GaussNewton
 from .loop import make_loop, LoopResult, TOL, PHYSICS_TOL, MAX_ITERS, INITS
+from .options import Options, DEFAULTS
 from .result import Result, halts
 from .clip_loop import loop_clip, crossfade_clip, check_init, LoopFailed, CLIP_INITS
 from .report import loop_report, format_report, progress_line, parse_progress, versions
 from .baselines import forward_loop, crossfade_loop
 from .metrics import loop_metrics
-from .seam_picture import seam_picture, png_bytes
-from .verdict import verdict, verdict_lines, details as verdict_details
 from .io import save_problem, load_problem, save_result, load_result
 from .models.cloth import Cloth, MembraneTerm, BendingTerm
 from .models.blender_cloth import BlenderCloth
@@ -23,7 +29,22 @@ from .models.softbody import SoftBody, ElasticTetTerm
 from .models.contact import FloorContact, SphereContact, MeshContact
 from . import tetmesh
 from . import memory
+from . import seam_plot
 from .models.blender_settings import (blender_cloth_problem_parts, blender_soft_body_problem_parts,
                                       blender_gravity, CLOTH_SETTINGS_DEFAULTS, SOFT_BODY_SETTINGS)
 from .blender_scene import (MeshScene, BodiesScene, Collider, mesh_parts, bodies_parts,
                             problem_from_parts)
+
+__all__ = [
+    # the problem
+    "LoopProblem", "NBody", "Cloth", "BlenderCloth", "SoftBody",
+    "Gravity", "Wind", "FloorContact", "SphereContact", "MeshContact",
+    # the solve and its tuning
+    "make_loop", "loop_clip", "crossfade_clip", "simulate", "fast_projection", "GaussNewton", "Options",
+    # the result and its figures
+    "LoopResult", "residual", "loss", "loop_metrics", "loop_report",
+    # files
+    "save_problem", "load_problem", "save_result", "load_result",
+    # failures
+    "LoopFailed", "SimulationFailed",
+]

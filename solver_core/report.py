@@ -1,6 +1,7 @@
-"""Reports: the report of one loop (one dict, built here alone, for the panel, bake.py and the command
-line) and its text, the progress line of an iteration, the versions a solve depends on, and the side-by-side metrics of a loop and its
-baselines printed by the demos and benchmarks."""
+"""The numbers of a loop's report: the report of one loop (one dict, built here alone, for the panel,
+bake.py and the command line) and its text, the progress line of an iteration, the versions a solve
+depends on, and the side-by-side metrics of a loop and its baselines printed by the demos and benchmarks.
+The words an artist reads (verdicts, the seam picture) are the add-on's, built from this dict."""
 import re
 import sys
 
@@ -15,9 +16,26 @@ _PROGRESS = re.compile(r"^\[(\w+)\] iteration +(-?\d+)  loss (\S+)(?:  residual 
 
 
 def loop_report(prob, res, clip=None, **about):
-    """The report of the LoopResult ``res`` of ``prob``: seam jumps and residuals of the loop (``loop``) and
-    of the simulated ``clip`` played as a loop (``source``, when given), the run's facts, and ``about``
-    (where the problem came from: model, objects, frames, notes, ...) as given."""
+    """The report of a loop: its figures, the run's facts and where the problem came from.
+
+    Parameters
+    ----------
+    prob : LoopProblem
+        The problem ``res`` solved.
+    res : LoopResult
+        The solve's result.
+    clip : array_like, optional
+        The simulated clip (frames) the loop was made from; its figures, played as a loop, are ``source``.
+    **about
+        Where the problem came from (model, objects, frames, notes, ...), stored as given.
+
+    Returns
+    -------
+    dict
+        ``loop`` (and ``source``) metrics (``loop_metrics``: seam jumps, residuals, speed), the iterations,
+        ``seconds``, ``init_used``, ``fallback_reason``, ``stop_reason``, ``status``, ``success``,
+        ``message``, the initial and final loss, ``n_frames``, ``substeps``, ``n_vertices``, and ``about``.
+    """
     rep = dict(loop=res.metrics["loop"],
                fast_projection_iterations=res.fast_projection_iterations,
                gauss_newton_iterations=res.gauss_newton_iterations,
@@ -32,7 +50,19 @@ def loop_report(prob, res, clip=None, **about):
 
 
 def format_report(rep):
-    """The report as text lines for a console or a panel."""
+    """The report as text lines for a console.
+
+    Parameters
+    ----------
+    rep : dict
+        A ``loop_report`` with ``source``, ``model``, ``frames`` and ``notes``.
+
+    Returns
+    -------
+    list of str
+        The solver's message, a table of the cache's and the loop's figures, the iterations, the start and
+        the problem, and one line per note.
+    """
     rows = (("position jump", "position_jump"), ("velocity jump", "velocity_jump"),
             ("residual (mean)", "residual_rel_mean"), ("residual (max)", "residual_rel_max"), ("speed (RMS)", "speed"))
     lines = [rep["message"]] if rep.get("message") else []
@@ -48,15 +78,36 @@ def format_report(rep):
 
 
 def progress_line(info):
-    """The line the command line prints after an iteration: phase, iteration, the exact loss and, where
-    Gauss–Newton measures it, the mean relative residual."""
+    """The line the command line prints after an iteration.
+
+    Parameters
+    ----------
+    info : dict
+        A solver callback's ``phase``, ``iteration``, ``loss`` and, where Gauss–Newton computes it,
+        ``residual`` (the mean relative residual).
+
+    Returns
+    -------
+    str
+        "[phase] iteration N  loss L[  residual R]", the floats exact (``repr``).
+    """
     line = f"[{info['phase']}] iteration {int(info['iteration']):4d}  loss {float(info['loss'])!r}"
     return line + (f"  residual {float(info['residual'])!r}" if "residual" in info else "")
 
 
 def parse_progress(line):
-    """The progress dict (phase, iteration, loss and residual when given) of a ``progress_line``, or None
-    for another line."""
+    """Read a ``progress_line`` back.
+
+    Parameters
+    ----------
+    line : str
+        A line of a solve's output.
+
+    Returns
+    -------
+    dict or None
+        ``phase``, ``iteration``, ``loss`` and ``residual`` when given; None for another line.
+    """
     found = _PROGRESS.match(line.rstrip("\n"))
     if found is None:
         return None
@@ -85,5 +136,11 @@ def format_table(rows, columns=COLUMNS):
 
 
 def versions():
-    """{python: [major, minor], numpy, scipy}: what a solve in another Python must share with this one."""
+    """What a solve in another Python must share with this one.
+
+    Returns
+    -------
+    dict
+        ``python`` ([major, minor]), ``numpy`` and ``scipy`` version strings.
+    """
     return dict(python=list(sys.version_info[:2]), numpy=np.__version__, scipy=scipy.__version__)

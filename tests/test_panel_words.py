@@ -1,19 +1,23 @@
-"""The words and the picture the panel and bake.py show (no Blender needed): progress phases, percentage
-and time left; verdict lines; the seam picture; the note when no separate Python can solve."""
+"""The words and the picture the panel and bake.py show (no Blender needed but to write the picture's PNG):
+progress phases, percentage and time left; verdict lines; the seam picture; the note when no separate
+Python can solve."""
+import io
 import math
-import struct
-import zlib
 
 import numpy as np
 import pytest
 
 import solver_core as sc
+from cyclic_loop_addon import verdict as words
 from cyclic_loop_addon.advice import python_note
 from cyclic_loop_addon.progress import (MAX_MOVE, SHRINK, SOLVED, STOP_DECREASE, TYPICAL_ITERATIONS,
                                         Progress, about, duration)
-from solver_core.clip_loop import RACE_FROM
-from solver_core.loop import CONVERGED, ITERATION_CAP, RACE_ITERATIONS
-from solver_core.verdict import LINE_CHARS
+from cyclic_loop_addon.seam_picture import seam_picture
+from cyclic_loop_addon.verdict import LINE_CHARS
+from solver_core.options import DEFAULTS
+from solver_core.result import CONVERGED, ITERATION_CAP
+
+RACE_FROM, RACE_ITERATIONS = DEFAULTS.start.race_from, DEFAULTS.start.race_iterations
 
 
 class Clock:
@@ -29,7 +33,7 @@ def test_progress_never_jumps_when_fast_projection_gives_up_early():
     p = Progress(max_iters=20, clock=clock)
     assert p.headline() == "Reading the simulation 0%" and p.time_text() == "0 s elapsed · time left: estimating"
     seen = [p.update("")]
-    for it in range(1, 5):              # fast projection stops after 4 of its up to 100 iterations
+    for it in range(1, 5):              # fast projection stops after 4 of its up to FP_ITERATIONS (30)
         clock.t += 1.0
         seen.append(p.update("fast_projection", it))
     assert p.headline().startswith("Initial guess ")
@@ -94,8 +98,8 @@ def test_progress_moves_at_most_a_tenth_between_two_looks_until_writing():
 
 def test_one_refresh_is_one_look_whatever_it_reads():
     """The panel's refresh reads the bar and the headline's percentage: one look, one move of at most
-    MAX_MOVE, the same percentage in both (CI saw 6% -> 25% in one refresh when the headline looked too:
-    fast projection stopped after 11 iterations, then two of a 6-iteration budget came in before a refresh)."""
+    MAX_MOVE, the same percentage in both, even when fast projection stops after 11 iterations and two of a
+    6-iteration budget come in before a refresh (docs/design/report.md: MAX_MOVE)."""
     clock = Clock()
     p = Progress(max_iters=6, init="fast_projection", clock=clock)
     p.update("")
@@ -138,8 +142,8 @@ def test_progress_expects_the_solve_to_stop_where_the_residual_meets_the_physics
 def test_progress_expects_a_run_to_stop_where_its_loss_settles_and_the_race_to_drop_the_second_run():
     """With losses the time left counts TYPICAL_ITERATIONS per run until the loss's tail shows (an iteration
     lowers it by under TAIL), then the tail's own length; "cache_or_forward" adds RACE_FROM iterations for the
-    second run, whose start (the loss rises) the bar recognizes. Not the 2 x 50-iteration budget: the
-    150-vertex flag's bar said "about 8 min left" two minutes before the end."""
+    second run, whose start (the loss rises) the bar recognizes; not the 2 x 50-iteration budget, which
+    overstates the time left (docs/design/report.md: time left)."""
     clock = Clock()
     p = Progress(max_iters=50, init="cache_or_forward", clock=clock, physics_tol=0.01)
     loss = 1e6
@@ -160,8 +164,8 @@ def test_progress_expects_a_run_to_stop_where_its_loss_settles_and_the_race_to_d
 
 def test_a_residual_within_the_tolerance_of_a_run_that_goes_on_no_longer_sets_the_time_left():
     """The solver stops at the physics tolerance only when the wrap cannot be seen: a run whose residual
-    stays within it for RATE_WINDOW iterations goes on, and its loss decides (square16's bar stood at 89% for
-    two thirds of the run); the residual's rate is its slowest over the window (it levels off)."""
+    stays within it for RATE_WINDOW iterations goes on, and its loss decides (docs/design/report.md: time
+    left); the residual's rate is its slowest over the window (it levels off)."""
     clock = Clock()
     p = Progress(max_iters=50, init="cache", clock=clock, physics_tol=0.01)
     for it, (residual, loss) in enumerate([(0.04, 100.0), (0.03, 50.0), (0.02, 40.0), (0.01, 30.0)], start=1):
@@ -191,62 +195,63 @@ def metrics(jump, residual):
 def test_verdict_lines_are_short_and_say_it_in_words():
     rep = dict(source=metrics(7.5, 0.9), loop=metrics(1.1, 0.03), status=CONVERGED, stop_reason="tol", gauss_newton_iterations=12,
                fast_projection_iterations=0, seconds=30.0, init_used="cache", fallback_reason="")
-    assert sc.verdict_lines(rep) == ["Seamless: yes — 6.8× smoother than cache",
+    assert words.verdict_lines(rep) == ["Seamless: yes — 6.8× smoother than cache",
                                      "Physics: closer than cache — residual 0.03 vs 0.9",
                                      "Converged — 12 iterations, < 1 min"]
     capped = dict(rep, loop=metrics(3.0, 2.0), status=ITERATION_CAP, stop_reason="max_iters", gauss_newton_iterations=50, seconds=600.0,
                   init_used="crossfade", fallback_reason="fast projection did not close the loop: ...")
-    verdict = sc.verdict(capped)
+    verdict = words.verdict(capped)
     assert [v["kind"] for v in verdict] == ["bad", "warn", "warn", "warn"]
     assert [v["headline"] for v in verdict] == ["Seamless: no", "Physics: worse than cache",
                                                 "Not converged yet", "Fell back to a crossfade"]
     assert verdict[2]["detail"] == "+50 iterations: ~10 min"
-    for v in sc.verdict(rep) + verdict:
+    for v in words.verdict(rep) + verdict:
         assert len(v["headline"]) <= LINE_CHARS and len(v["detail"]) <= LINE_CHARS
-    assert any("0.03 in the loop" in line for line in sc.verdict_details(rep))
+    assert any("0.03 in the loop" in line for line in words.details(rep))
     crossfade = dict(rep, status=3, stop_reason="", gauss_newton_iterations=0, init_used="crossfade")
-    assert [v["headline"] for v in sc.verdict(crossfade)] == ["Seamless: yes", "Physics: closer than cache"]
+    assert [v["headline"] for v in words.verdict(crossfade)] == ["Seamless: yes", "Physics: closer than cache"]
 
 
 def test_a_loop_that_lost_most_of_the_caches_motion_says_so():
     rep = dict(source=dict(metrics(7.5, 0.9), speed=0.148), loop=dict(metrics(1.2, 0.02), speed=0.0462),
                status=CONVERGED, stop_reason="tol", gauss_newton_iterations=16, fast_projection_iterations=0,
                seconds=14.0, init_used="cache", fallback_reason="")      # the README's flag from its cache
-    calmer = sc.verdict(rep)[-1]
+    calmer = words.verdict(rep)[-1]
     assert (calmer["kind"], calmer["headline"], calmer["detail"]) == ("warn", "Motion: calmer than cache",
                                                                       "31% of the cache's speed")
     assert len(calmer["headline"]) <= LINE_CHARS and len(calmer["detail"]) <= LINE_CHARS
-    assert any("31% of the cache's speed" in line and "--init forward" in line for line in sc.verdict_details(rep))
+    assert any("31% of the cache's speed" in line and "--init forward" in line for line in words.details(rep))
     kept = dict(rep, loop=dict(rep["loop"], speed=0.078))                   # from its simulation: 53%
-    assert "Motion: calmer than cache" not in [v["headline"] for v in sc.verdict(kept)]
+    assert "Motion: calmer than cache" not in [v["headline"] for v in words.verdict(kept)]
     assert any(line.startswith("Motion: the loop moves at 53%") and "--init" not in line
-               for line in sc.verdict_details(kept))
+               for line in words.details(kept))
 
 
 def read_png(data):
-    """(width, height, rgb) of the PNG ``png_bytes`` writes (8-bit RGB, filter 0 rows)."""
+    """(width, height, rgb) of an 8-bit RGB PNG file's bytes, decoded by Pillow (not by Blender, which wrote it)."""
+    from PIL import Image
+
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    w, h = struct.unpack(">II", data[16:24])
-    idat = data.index(b"IDAT")
-    size = struct.unpack(">I", data[idat - 4:idat])[0]
-    raw = np.frombuffer(zlib.decompress(data[idat + 4:idat + 4 + size]), dtype=np.uint8).reshape(h, 1 + 3 * w)
-    assert np.all(raw[:, 0] == 0)
-    return w, h, raw[:, 1:].reshape(h, w, 3)
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.mode == "RGB"
+        return image.width, image.height, np.asarray(image)
 
 
-def test_seam_picture_marks_the_wrap_and_reads_back_as_png():
+def test_seam_picture_marks_the_wrap_and_reads_back_as_png(tmp_path):
     t = np.arange(24) / 24
     loop = np.zeros((24, 4, 3))
     loop[:, :, 2] = np.sin(2 * np.pi * t)[:, None] * np.array([1.0, 0.5, 0.2, 0.0])
     cache = loop + np.linspace(0, 0.5, 24)[:, None, None] * np.array([0, 0, 1.0])      # drifts: a jump at the wrap
-    rgb = sc.seam_picture(cache, loop, 1 / 24)
-    w, h, back = read_png(sc.png_bytes(rgb))
+    rgb = seam_picture(cache, loop, 1 / 24)
+    from cyclic_loop_addon.images import write_picture    # Blender's image API (bpy)
+    with open(write_picture(str(tmp_path / "seam.png"), rgb), "rb") as fh:
+        w, h, back = read_png(fh.read())
     assert (w, h) == (360, rgb.shape[0]) and np.array_equal(back, rgb)
     red = np.all(np.abs(rgb.astype(int) - [214, 39, 40]) < 40, axis=-1)
     columns = np.flatnonzero(red.sum(axis=0) > 100)       # the wrap: red vertical lines amid each plot column
     assert {90, 269} <= set(columns) and all(abs(c - 90) <= 1 or abs(c - 269) <= 1 for c in columns), columns
     assert (rgb[:30] < 100).all(axis=-1).sum() > 100      # the column titles are written
-    assert sc.seam_picture(cache, loop, 1 / 24, scale=2).shape[1] == 720
+    assert seam_picture(cache, loop, 1 / 24, scale=2).shape[1] == 720
 
 
 def test_python_note_says_what_to_install_not_the_exception():

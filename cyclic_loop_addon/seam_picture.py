@@ -1,20 +1,20 @@
 """The seam picture an artist judges a loop by: a few tracked vertices' position and speed over two
-periods, the source cache played as a loop beside the loop, the wrap marked in red.
+periods, the source cache played as a loop beside the loop, the wrap marked in red. Part of the add-on's
+report layer; no bpy.
 
-Pure numpy, with its own rasterizer, glyphs (font_atlas) and PNG writer: Blender's Python (Debian's
-Blender uses the system Python) may have no plotting or imaging library.
+The lines and labels are drawn with numpy (anti-aliased lines, glyphs from font_atlas): Blender's Python
+has no plotting library (Debian's Blender runs on the system Python, extension Blenders bundle numpy
+only). The pixels go to Blender's image API: the panel shows them as a preview (run_report.show_picture),
+bake.py's --preview writes them as a PNG (images.write_picture). docs/design/report.md says why.
 """
 import base64
 import functools
 import io
-import struct
-import zlib
 
 import numpy as np
 
 from . import font_atlas
-from .metrics import jump_ratios
-from .seam_plot import tracked_vertices
+from .solver import sc
 
 WHITE, FRAME, TEXT, MUTED = (255, 255, 255), (200, 200, 200), (30, 30, 30), (110, 110, 110)
 WRAP = (214, 39, 40)
@@ -87,12 +87,31 @@ class Canvas:
 
 
 def seam_picture(cache, loop, dt, vertices=None, scale=1, compact=False):
-    """The picture as an (H, W, 3) uint8 array: columns "cache played as a loop" and "the loop" (each
-    (N, n, 3) frames ``dt`` seconds apart), rows the tracked vertices' position along the axis they move
-    most and their speed, two periods each with the wrap in red. ``scale`` 1: 360 px wide, 2: 720 px for
-    a page; ``compact``: 250 px wide with shorter words, for Blender's sidebar."""
+    """The seam picture of a loop beside its cache.
+
+    Columns "cache played as a loop" and "the loop"; rows the tracked vertices' position along the axis
+    they move most and their speed, two periods each with the wrap in red.
+
+    Parameters
+    ----------
+    cache, loop : array_like, (N, n, 3)
+        The source cache's and the loop's frames, ``dt`` seconds apart.
+    dt : float
+        Seconds between frames.
+    vertices : array_like of int, optional
+        The vertices to track (default: ``solver_core.seam_plot.tracked_vertices`` of the cache).
+    scale : int
+        1: 360 px wide; 2: 720 px, for a page.
+    compact : bool
+        250 px wide (times ``scale``) with shorter words, for Blender's sidebar.
+
+    Returns
+    -------
+    numpy.ndarray, (H, W, 3) uint8
+        The picture, row 0 at the top.
+    """
     cache, loop = np.asarray(cache, dtype=float), np.asarray(loop, dtype=float)
-    vertices = tracked_vertices(cache) if vertices is None else np.asarray(vertices)
+    vertices = sc.seam_plot.tracked_vertices(cache) if vertices is None else np.asarray(vertices)
     axis = int(np.argmax(cache[:, vertices].std(axis=0).sum(axis=0)))
     size = font_atlas.SIZES[0] if scale == 1 else font_atlas.SIZES[-1]
     _, line = _font(size)
@@ -116,7 +135,7 @@ def seam_picture(cache, loop, dt, vertices=None, scale=1, compact=False):
     for c, (label, q) in enumerate(columns):
         x_mid = margin + c * (plot_w + gap) + plot_w // 2
         canvas.text(x_mid, y, label, size, align="center")
-        ratio = max(jump_ratios(q, dt))   # solver_core.verdict judges by the same
+        ratio = max(sc.metrics.jump_ratios(q, dt))   # the verdict judges the wrap by the same ratios
         canvas.text(x_mid, y + line, f"wrap {ratio:.1f}×" if compact else f"wrap jump {ratio:.1f}× a frame", size,
                     color=WRAP if ratio > 1.5 else MUTED, align="center")
     y += 2 * line + 4 * u
@@ -143,14 +162,3 @@ def seam_picture(cache, loop, dt, vertices=None, scale=1, compact=False):
     canvas.text(width // 2, y - gap // 2, "two periods; red: the wrap", size, color=MUTED, align="center")
     return canvas.image()
 
-
-def png_bytes(rgb):
-    """An (H, W, 3) uint8 picture as PNG file bytes."""
-    h, w, _ = rgb.shape
-    raw = b"".join(b"\x00" + np.ascontiguousarray(rgb[y]).tobytes() for y in range(h))
-
-    def chunk(tag, data):
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
-
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))

@@ -1,16 +1,16 @@
 """A run's verdict in words an artist reads: is the wrap seamless, is the motion physical, did the solver
 finish. Each verdict is a headline and a detail line, each at most LINE_CHARS characters (the width of
-Blender's sidebar at its default size).
+Blender's sidebar at its default size). Part of the add-on's report layer (with seam_picture, progress and
+advice): words only, the figures come from solver_core. No bpy.
 """
-from .loop import CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS
-from .metrics import unseen, wrap_ratio
+from .solver import sc
 
-LINE_CHARS = 26
+CONVERGED, CONVERGED_WITH_SEAM = sc.result.CONVERGED, sc.result.CONVERGED_WITH_SEAM
+ITERATION_CAP, NO_PROGRESS = sc.result.ITERATION_CAP, sc.result.NO_PROGRESS
+
+LINE_CHARS = 26     # the width, in characters, of Blender's sidebar at its default size
 # A loop moving at less than this fraction of the cache's RMS speed is "calmer than cache": the most physical
-# loop of a motion that settles (damping, a steady wind) can lose most of it. Measured (loop / cache speed,
-# Blender cloth with bake.py's options): the gusts flag from its cache 0.28 (it lost the wave: README), from
-# its own simulation 0.89; the README's flag from its cache 0.31, from its simulation 0.53; the 150-vertex
-# flag of bench_blender_cloth.py 0.53.
+# loop of a motion that settles (damping, a steady wind) can lose most of it (docs/design/report.md: calmer).
 CALMER = 0.5
 FELL_BACK = {"cache": "Fell back to the cache", "crossfade": "Fell back to a crossfade",
              "forward": "Fell back to simulation"}
@@ -25,14 +25,25 @@ def _minutes(seconds):
 
 
 def verdict(report):
-    """Verdicts of a report (cyclic_loop_addon's ``solve.report``: ``source`` and ``loop`` metrics, and
-    ``status``, ``gauss_newton_iterations``, ``fast_projection_iterations``, ``seconds``,
-    ``fallback_reason`` when the solver ran) as dicts: ``kind`` ("good", "warn" or "bad"),
-    ``headline`` and ``detail``."""
+    """The verdicts of a loop's report.
+
+    Parameters
+    ----------
+    report : dict
+        ``solver_core.loop_report``'s dict: ``source`` and ``loop`` metrics, and ``status``,
+        ``stop_reason``, ``gauss_newton_iterations``, ``fast_projection_iterations``, ``seconds``,
+        ``init_used`` and ``fallback_reason`` when the solver ran.
+
+    Returns
+    -------
+    list of dict
+        One per verdict: ``kind`` ("good", "warn" or "bad"), ``headline`` and ``detail``, each at most
+        LINE_CHARS characters.
+    """
     src, loop = report["source"], report["loop"]
     out = []
-    r, c = wrap_ratio(loop), wrap_ratio(src)
-    if unseen(loop):
+    r, c = sc.metrics.wrap_ratio(loop), sc.metrics.wrap_ratio(src)
+    if sc.metrics.unseen(loop):
         better = c / max(r, 1e-12)
         out.append(dict(kind="good", headline="Seamless: yes",
                         detail=f"{_times(better)} smoother than cache" if better >= 1.5
@@ -52,7 +63,7 @@ def verdict(report):
         out.append(dict(kind="good", headline="Converged",
                         detail=f"{gn} iterations, {_minutes(seconds)}"))
     elif status == ITERATION_CAP:
-        per_iteration = seconds / max(gn + fp / 10, 1)      # a fast projection step costs ~1/10 of one
+        per_iteration = seconds / max(gn + fp / 10, 1)      # a fast projection iteration costs about a tenth of one
         out.append(dict(kind="warn", headline="Not converged yet",
                         detail=f"+{gn} iterations: {_minutes(per_iteration * gn)}"))
     elif status == NO_PROGRESS:
@@ -70,19 +81,54 @@ def verdict(report):
 
 
 def motion_kept(report):
-    """The loop's RMS speed over the cache's (``speed`` of the ``loop`` and ``source`` metrics), None when
-    either is missing or the cache is still."""
+    """The share of the cache's motion the loop keeps.
+
+    Parameters
+    ----------
+    report : dict
+        A loop's report (see ``verdict``).
+
+    Returns
+    -------
+    float or None
+        The loop's RMS speed over the cache's (``speed`` of the ``loop`` and ``source`` metrics); None when
+        either is missing or the cache is still.
+    """
     loop, src = report["loop"].get("speed"), report["source"].get("speed")
     return None if loop is None or not src else loop / src
 
 
 def verdict_lines(report):
-    """The verdicts as one line each: "Seamless: yes — wrap 5.0× smoother than cache"."""
+    """The verdicts as one line each.
+
+    Parameters
+    ----------
+    report : dict
+        A loop's report (see ``verdict``).
+
+    Returns
+    -------
+    list of str
+        "headline — detail" per verdict, e.g. "Seamless: yes — 5.0× smoother than cache".
+    """
     return [f"{v['headline']} — {v['detail']}" for v in verdict(report)]
 
 
 def details(report):
-    """The full figures of a report as sentences (the panel wraps them to its width)."""
+    """The full figures of a report as sentences (the panel wraps them to its width).
+
+    Parameters
+    ----------
+    report : dict
+        A loop's report (see ``verdict``); ``model``, ``n_vertices``, ``frames`` and ``substeps`` add the
+        problem's line when given.
+
+    Returns
+    -------
+    list of str
+        The wrap's jumps, the residuals, the motion kept, the solver's message, the start, the iterations
+        and the problem, one sentence each.
+    """
     src, loop = report["source"], report["loop"]
     lines = [f"Position jump at the wrap: {src['position_jump']:.3g} m in the cache, {loop['position_jump']:.3g} m "
              f"in the loop ({src['position_jump_ratio']:.2g}× and {loop['position_jump_ratio']:.2g}× an ordinary "
