@@ -1,0 +1,134 @@
+"""Make Loop on Blender cloth scenes of increasing size, end to end with bake.py's defaults (bpy module).
+
+    .venv/bin/python -m benchmarks blender_cloth [--cases flag square square16] [--keep DIR] [-- BAKE OPTIONS]
+
+Per case: builds the scene with the bpy module, bakes Blender's cloth cache (timed), saves the .blend,
+runs ``cyclic_loop_addon/bake.py`` on it in a child process with its defaults except ``--frames`` (the
+loop's frames, after the settle-from-rest start) and any BAKE OPTIONS given after ``--``, and prints one
+row: vertices, loop frames, sub-steps per frame, free unknowns, the bake's wall seconds and peak resident memory, Blender's own bake time of the
+same frames (the cache's bake time times loop frames / cached frames), the loop's time in units of that
+bake and of one forward simulation of the same problem (``solver_core.simulate``), the wrap's
+velocity-jump ratio and the mean relative residual under the compatible model, for the loop and the cache.
+
+Cases: ``flag``: 14 x 9 quads (150 vertices), left edge pinned, in a Wind field, quality 5, frames 30-77;
+``square``: 32 x 32 quads (1,089 vertices) pinned at two corners, in wind, quality 5, frames 31-130;
+``square16``: its reduced version for scaling, 16 x 16 quads (289 vertices), frames 16-65.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import bpy
+import numpy as np
+
+import solver_core as sc
+from cyclic_loop_addon import bake, scene_io
+
+from .blender_cloth_residual import _quiet
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "sample_scenes"))
+import build_samples as bs  # noqa: E402  (the bundled samples' builder, a script in sample_scenes/)
+
+# (quads x, quads y, size x, size y, pinned: "edge" or "corners", quality, loop frames)
+CASES = {"flag": (14, 9, 1.5, 0.9, "edge", 5, (30, 77)),
+         "square": (32, 32, 2.0, 2.0, "corners", 5, (31, 130)),
+         "square16": (16, 16, 2.0, 2.0, "corners", 5, (16, 65))}
+
+# runs bake.py as __main__ and prints the child's peak resident memory (kB on Linux) last
+_CHILD = ("import resource, runpy, sys; sys.argv = sys.argv[1:]\n"
+          "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+          "except SystemExit as exc:\n    code = exc.code\n"
+          "print('peak_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True)\n"
+          "sys.exit(code)\n")
+
+
+def build(name):
+    """Build and bake case ``name``; returns (object, cache bake seconds, cached frames)."""
+    nx, ny, sx, sy, pinned, quality, (_, last) = CASES[name]
+    bs._empty_scene(last)
+    obj, verts = bs._grid("Cloth", nx + 1, ny + 1, sx, sy)
+    verts = verts[:, [0, 2, 1]] + [sx / 2, 0.0, 2.0]          # vertical, in the XZ plane, left edge at x = 0
+    bs._set_vertices(obj, verts)
+    if pinned == "edge":
+        pins = np.flatnonzero(verts[:, 0] < 1e-6)
+    else:
+        top = np.flatnonzero(np.isclose(verts[:, 2], verts[:, 2].max()))
+        pins = top[[np.argmin(verts[top, 0]), np.argmax(verts[top, 0])]]
+    bs._pin_group(obj, pins)
+    mod = bs._cloth(obj, "Pin", last, quality=quality, mass=0.15, air_damping=1.0)
+    bpy.ops.object.effector_add(type="WIND", location=(-1.0, 0.0, 2.0), rotation=(0.0, math.pi / 2, 0.6))
+    bpy.context.active_object.field.strength = 10.0
+    t0 = time.perf_counter()
+    with _quiet():
+        bs._bake(obj, mod)
+    return obj, time.perf_counter() - t0, last
+
+
+def forward_seconds(obj, frames, options=()):
+    """Seconds of one forward simulation of the loop problem bake.py solves (its defaults and ``options``)."""
+    argv = ["bake.py", "--", "--object", obj.name, "--frames", str(frames[0]), str(frames[1]), *options]
+    prob = scene_io.gather(bake._settings(bake.parse_args(argv))).problem
+    t0 = time.perf_counter()
+    sc.simulate(prob)
+    return time.perf_counter() - t0, prob
+
+
+def run_case(name, folder, options=()):
+    """Build, bake, loop with bake.py's defaults; returns the printed figures as a dict."""
+    obj, bake_s, cached = build(name)
+    frames = CASES[name][-1]
+    path = os.path.join(folder, f"{name}.blend")
+    bpy.ops.wm.save_as_mainfile(filepath=path)
+    forward_s, prob = forward_seconds(obj, frames, options)
+    report = os.path.join(folder, f"{name}.json")
+    cmd = [sys.executable, "-c", _CHILD, os.path.join(ROOT, "cyclic_loop_addon", "bake.py"), path, "--",
+           "--object", obj.name, "--frames", str(frames[0]), str(frames[1]),
+           "--output", os.path.join(folder, f"{name}_loop.blend"), "--json", report, *options]
+    t0 = time.perf_counter()
+    child = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if child.returncode != 0:
+        raise SystemExit(f"bake.py failed on {name} (exit {child.returncode}):\n{child.stdout}\n{child.stderr}")
+    peak_gb = int(child.stdout.split("peak_kb")[-1].split()[0]) / 2 ** 20
+    with open(report) as f:
+        rep = json.load(f)
+    n_loop = frames[1] - frames[0] + 1
+    blender_s = bake_s * n_loop / cached
+    return dict(case=name, vertices=prob.n_vertices, frames=n_loop, substeps=prob.substeps,
+                unknowns=int(prob.free_mask().sum()), seconds=seconds, peak_gb=peak_gb, blender_s=blender_s,
+                vs_blender=seconds / blender_s, vs_forward=seconds / forward_s, forward_s=forward_s,
+                iterations=rep["gauss_newton_iterations"], init=rep["init_used"],
+                jump_loop=rep["loop"]["velocity_jump_ratio"], jump_cache=rep["source"]["velocity_jump_ratio"],
+                res_loop=rep["loop"]["residual_rel_mean"], res_cache=rep["source"]["residual_rel_mean"])
+
+
+HEADER = ("case", "verts", "frames", "sub", "unknowns", "s", "peak GB", "Blender s", "x Blender", "x forward",
+          "GN it", "init", "v-jump loop", "v-jump cache", "resid loop", "resid cache")
+
+
+def row(r):
+    return (r["case"], r["vertices"], r["frames"], r["substeps"], r["unknowns"], f"{r['seconds']:.1f}",
+            f"{r['peak_gb']:.2f}", f"{r['blender_s']:.2f}", f"{r['vs_blender']:.0f}", f"{r['vs_forward']:.0f}",
+            r["iterations"], r["init"], f"{r['jump_loop']:.2f}", f"{r['jump_cache']:.2f}",
+            f"{r['res_loop']:.3f}", f"{r['res_cache']:.3f}")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks blender_cloth", description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", nargs="*", default=["flag", "square"], choices=list(CASES))
+    parser.add_argument("--keep", metavar="DIR", help="keep the scenes, loops and reports in DIR")
+    options = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.keep or tmp
+        os.makedirs(folder, exist_ok=True)
+        print(" | ".join(HEADER), flush=True)
+        for name in args.cases:
+            print(" | ".join(str(v) for v in row(run_case(name, folder, options))), flush=True)
