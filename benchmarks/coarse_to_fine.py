@@ -10,7 +10,6 @@ sub-step grid directly. ``make_loop``'s defaults otherwise (backend "auto").
 """
 import argparse
 import os
-import sys
 import time
 
 import bpy

@@ -4,18 +4,16 @@
         [--stop-fraction F] [--max-iters K] [--stall-window K] [--budget SECONDS] SCENE|PROBLEM.npz ...
 
 Per scene (a paper scene, or a problem saved as .npz, e.g. by ``sample_scenes/flag_in_wind.py``): one plain
-forward simulation of the clip (the unit of loop cost), then fast projection
-(cancelled after ``--budget`` seconds): iterations, seconds per iteration, final G / G(0), the RMS
-position (m) and velocity (m/s) mismatch at the wrap before and after, the loop loss of its result and
-the process's peak resident memory. With ``--gn K`` also, for the first iterate whose
-G is below each fraction of G(0) (and the last; fast projection is then not asked to close the loop),
-the loop loss of that iterate and after K Gauss–Newton iterations from it.
+forward simulation of the clip (the unit of loop cost), then fast projection (cancelled after ``--budget``
+seconds): iterations, seconds per iteration, final G / G(0), the RMS position (m) and velocity (m/s)
+mismatch at the wrap before and after, the loop loss of its result and the process's peak resident memory.
+With ``--gn K`` also, for the first iterate whose G is below each fraction of G(0) (and the last; fast
+projection is then not asked to close the loop), the loop loss of that iterate and after K Gauss–Newton
+iterations from it.
 """
 import argparse
 import resource
 import time
-
-import numpy as np
 
 from solver_core.fast_projection import FastProjectionDiverged, fast_projection
 from solver_core.forward import simulate
