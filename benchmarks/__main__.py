@@ -20,7 +20,7 @@ BENCHMARKS = {
     "blender_cloth": "bpy module",
     "blender_cloth_residual": "bpy module",
     "coarse_to_fine": "bpy module",
-    "flag_wind": "bpy module",
+    "flag_model_fit": "bpy module",
     "assembly": "bpy module",
 }
 

@@ -1,6 +1,6 @@
 """How well the compatible model describes the README's flag (frames 49-72) as Blender simulates it (bpy module).
 
-    .venv/bin/python -m benchmarks flag_wind
+    .venv/bin/python -m benchmarks flag_model_fit
 
 Gathers the flag sample as ``bake.py`` does (frames 49-72, 4 sub-steps per frame) and prints:
 
@@ -72,7 +72,7 @@ def relative_residual(prob, q, free, linearize_all):
 
 
 def main(argv=None):
-    argparse.ArgumentParser(prog="python -m benchmarks flag_wind", description=__doc__.splitlines()[0]).parse_args(argv)
+    argparse.ArgumentParser(prog="python -m benchmarks flag_model_fit", description=__doc__.splitlines()[0]).parse_args(argv)
     g = gathered(*FRAMES)
     prob = g.problem
     drift = np.linalg.norm(prob.frames_of(sc.simulate(prob)) - g.source, axis=-1).max(axis=1)
