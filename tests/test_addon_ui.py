@@ -1,4 +1,4 @@
-"""The extension in the bpy module: built with build_extension.py, installed by Blender's extension
+"""The extension in the bpy module: built with tools/build_extension.py, installed by Blender's extension
 machinery into a temporary repository, registered / unregistered / registered again, and Make Loop run
 end to end (inline: the bpy module has no event loop, so the modal path is tested under Xvfb)."""
 import json
@@ -28,7 +28,7 @@ PLATFORM = "linux-x64"
 @pytest.fixture(scope="module")
 def extension_zip(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, os.path.join(ROOT, "cyclic_loop_addon", "build_extension.py"),
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "build_extension.py"),
                     "--platforms", PLATFORM, "--out", str(out)], check=True, capture_output=True)
     path = out / f"cyclic_loop-0.1.0-{PLATFORM.replace('-', '_')}.zip"
     assert path.exists(), sorted(os.listdir(out))

@@ -1,6 +1,5 @@
 """Blender cloth settings mapping: unit tests, and checks against caches baked by Blender's own solver."""
-import importlib.util
-import os
+import importlib
 
 import numpy as np
 import pytest
@@ -48,12 +47,7 @@ def test_bending_model_names_and_bad_settings():
 @pytest.fixture(scope="module")
 def measure():
     pytest.importorskip("bpy")
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_scenes",
-                        "measure_blender_cloth.py")
-    spec = importlib.util.spec_from_file_location("measure_blender_cloth", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.blender_cloth_residual")
 
 
 def test_blender_time_is_frames_times_speed_multiplier(measure):

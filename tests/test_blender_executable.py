@@ -53,9 +53,9 @@ def flag_blend(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def legacy_addon(tmp_path_factory):
-    """The legacy zip built by build_extension.py, installed by bpy.ops.preferences.addon_install."""
+    """The legacy zip built by tools/build_extension.py, installed by bpy.ops.preferences.addon_install."""
     spec = importlib.util.spec_from_file_location(
-        "build_extension", os.path.join(ROOT, "cyclic_loop_addon", "build_extension.py"))
+        "build_extension", os.path.join(ROOT, "tools", "build_extension.py"))
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     zip_path = build.build_legacy(str(tmp_path_factory.mktemp("dist")))

@@ -11,7 +11,7 @@ from solver_core.gauss_newton import ACCEL_MAX, GaussNewton
 from solver_core.residual import SMOOTHING, residual_steps
 from solver_core.scenes.nbody import nbody_problem
 from solver_core.scenes.paper import SCENES
-from solver_core.seam_plot import save_seam_plot, tracked_vertices
+from benchmarks.seam_plot import save_seam_plot, tracked_vertices
 from solver_core.structured_solve import StructuredBackend
 from test_structured_blender_cloth import frame_grid_cloth
 from test_structured_solve import small_cloth
@@ -224,7 +224,7 @@ def test_seam_plot_tracks_the_most_moving_vertices(tmp_path):
 
 
 def test_table1_prints_each_scenes_row_before_the_next_scene_runs(monkeypatch, capsys):
-    from solver_core.scenes import bench_table1
+    from benchmarks import table1 as bench_table1
     metrics = dict(loss=1.0, velocity_jump=0.1, velocity_jump_ratio=1.2, position_jump_ratio=0.9, residual_rel_mean=0.5)
     done = dict(name="flag", vertices=24, elements=28, frames=12, fp_it=8, gn_it=16, fp_s=1.0, gn_s=0.1, total=9.0,
                 forward_s=0.3, init="fast_projection", status=1, message="converged", metrics=dict(loop=metrics),
@@ -425,7 +425,7 @@ def test_at_a_switch_needs_a_rejection_in_every_iteration_of_its_window():
 
 
 def test_table1_budget_cancels_a_scene_and_still_measures_its_loop():
-    from solver_core.scenes import bench_table1
+    from benchmarks import table1 as bench_table1
     r = bench_table1.run_scene("flag", scale=0.12, budget=0.0)   # past the deadline at the first iteration's end
     assert r["status"] == sc.result.CANCELLED and r["message"].startswith("cancelled")
     assert r["fp_it"] == 1 and r["gn_it"] == 0

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not (BLENDER and XVFB) and not os.environ.get("C
 def gui_run(tmp_path_factory):
     """Build the legacy zip and the flag sample (with this Blender), run the driver, return its result."""
     tmp = tmp_path_factory.mktemp("gui")
-    subprocess.run([sys.executable, os.path.join(ROOT, "cyclic_loop_addon", "build_extension.py"),
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "build_extension.py"),
                     "--legacy-only", "--out", str(tmp)], check=True, capture_output=True)
     subprocess.run([BLENDER, "-b", "--factory-startup", "--python",
                     os.path.join(ROOT, "sample_scenes", "build_samples.py"), "--", "--out", str(tmp), "flag"],

@@ -8,7 +8,7 @@ from counting import count_calls
 from solver_core import forward, scheme
 from solver_core.forward import _ImplicitStep
 from solver_core.models.external import Gravity, Wind
-from solver_core.scenes.bench_speed import cloth_grid
+from solver_core.scenes.speed_problems import cloth_grid
 from solver_core.scenes.paper import SCENES
 
 

@@ -13,8 +13,8 @@ from solver_core.models.contact import FloorContact
 from solver_core.models.external import Gravity, Wind
 from solver_core.residual import residual_steps
 from solver_core.forward import simulate
-from solver_core.scenes import bench_speed
-from solver_core.scenes.bench_speed import cloth_grid, doughnut_problem
+from solver_core.scenes import speed_problems
+from solver_core.scenes.speed_problems import cloth_grid, doughnut_problem
 from solver_core.structured_solve import LoopOperator, StructuredBackend, pcg, supports
 
 
@@ -183,8 +183,8 @@ def test_structured_refuses_what_it_does_not_solve():
         GaussNewton(other, backend="structured")
 
 
-@pytest.mark.parametrize("make", [lambda: bench_speed.flag_problem(nx=6, ny=5, n_frames=12, warmup=4),
-                                  lambda: bench_speed.doughnut_problem(n_frames=8, nu=10, nv=6, spacing=0.06)],
+@pytest.mark.parametrize("make", [lambda: speed_problems.flag_problem(nx=6, ny=5, n_frames=12, warmup=4),
+                                  lambda: speed_problems.doughnut_problem(n_frames=8, nu=10, nv=6, spacing=0.06)],
                          ids=["windy cloth", "soft body on a floor"])
 def test_residual_in_frame_batches_equals_all_frames_at_once(make, monkeypatch):
     """Long loops evaluate the residual in batches of frames; the batches must not change a bit."""

@@ -1,15 +1,18 @@
 """The paper's Table 1 for this implementation, with the paper's numbers (8-core i7, C++, CHOLMOD) beside it.
 
+    python -m benchmarks table1 [--scenes NAME ...] [--scale S] [--max-iters K] [--backend B] [--budget SECONDS]
+
 Cost is also given in units of one forward simulation of the same clip (timed in the same process): the
 floor any physical loop pays, and a figure that holds across machines of different speed.
 """
+import argparse
 import time
 
-from ..baselines import crossfade_loop
-from ..forward import simulate
-from ..loop import make_loop
-from ..metrics import loop_metrics
-from .paper import SCENES
+from solver_core.baselines import crossfade_loop
+from solver_core.forward import simulate
+from solver_core.loop import make_loop
+from solver_core.metrics import loop_metrics
+from solver_core.scenes.paper import SCENES
 
 
 def _fmt(value, spec):
@@ -90,3 +93,15 @@ def run_benchmark(names=None, scale=1.0, max_iters=1000, backend="auto", budget=
         results.append(r)
     print_table(results)
     return results
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks table1", description=__doc__.splitlines()[0])
+    p.add_argument("--scenes", nargs="*", choices=list(SCENES), help="scenes to run (default all)")
+    p.add_argument("--scale", type=float, default=1.0, help="mesh and frame scale (1 = paper size)")
+    p.add_argument("--max-iters", type=int, default=1000)
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--budget", type=float, help="cancel a scene's make_loop after this many seconds and "
+                                                "measure its best loop so far")
+    args = p.parse_args(argv)
+    run_benchmark(args.scenes, args.scale, args.max_iters, args.backend, args.budget)

@@ -1,11 +1,15 @@
 """Build the installable zips: one Blender 4.2+ extension per platform (SciPy wheel bundled) and one
 legacy add-on for Blender 3.4+ (which uses the SciPy of Blender's Python, e.g. Debian's python3-scipy).
 
-    python cyclic_loop_addon/build_extension.py [--platforms linux-x64 ...] [--out dist]
+    python tools/build_extension.py [--platforms linux-x64 ...] [--out dist] [--legacy-only]
 
 The wheels listed in blender_manifest.toml are downloaded with pip into build/wheels (kept as a cache);
 the extension zips are made and validated by Blender's own builder (``blender_ext.py`` of the bpy
 module, the same code as ``blender --command extension build``). Nothing here imports bpy.
+
+The add-on is the root ``__init__.py`` and the packages cyclic_loop_addon and solver_core (with
+solver_core/scenes, so ``python -m solver_core demo nbody`` runs from an installed add-on) and three.js;
+benchmarks/, tools/, tests/ and sample_scenes/ stay out.
 """
 import argparse
 import importlib.util
@@ -19,8 +23,7 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("cyclic_loop_addon", "solver_core")
-SKIP_DIRS = {"__pycache__", "scenes"}          # solver_core/scenes: demos and benchmarks
-SKIP_FILES = {"build_extension.py"}
+SKIP_DIRS = {"__pycache__"}
 # three.js for the web preview page (from `npm ci --prefix web`; MIT), shipped when installed.
 THREE_BUILD = os.path.join(ROOT, "web", "node_modules", "three", "build")
 THREE_FILES = ("three.core.js", "three.module.js")
@@ -33,7 +36,7 @@ def package_files():
         for folder, dirs, names in os.walk(os.path.join(ROOT, package)):
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
             for name in sorted(names):
-                if name.endswith(".py") and name not in SKIP_FILES:
+                if name.endswith(".py"):
                     path = os.path.join(folder, name)
                     files.append((path, os.path.relpath(path, ROOT)))
     files += [(os.path.join(THREE_BUILD, name), os.path.join("cyclic_loop_addon", "three", name))

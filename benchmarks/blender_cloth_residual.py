@@ -1,6 +1,6 @@
 """Residual of a cloth cache baked by Blender's own solver, under the compatible model and a mismatched one.
 
-    .venv/bin/python sample_scenes/measure_blender_cloth.py
+    .venv/bin/python -m benchmarks blender_cloth_residual
 
 Builds a 2 m plane of 10 x 10 quads pinned at two corners in memory, bakes Blender's cloth cache (40
 frames), reads the evaluated mesh per frame in world space and prints, for the compatible model
@@ -14,6 +14,7 @@ Blender takes one linearized backward-Euler step per sub-step (``SIM_mass_spring
 the default quality 5 its structural springs have omega * h ~ 3, so a converged backward-Euler residual
 does not describe its cache, the linearized scheme does.
 """
+import argparse
 import contextlib
 import os
 import sys
@@ -22,9 +23,8 @@ import bpy  # first: it makes bmesh importable
 import bmesh
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import solver_core as sc  # noqa: E402
-from solver_core.residual import force_steps  # noqa: E402
+import solver_core as sc
+from solver_core.residual import force_steps
 
 FPS = 24
 # Blender's damping of relative velocities along springs and across hinges, which BlenderCloth does not model.
@@ -97,7 +97,8 @@ def cotton_model(rest, faces):
 
 
 def _relative(u, f, pins):
-    """Mean over steps of |u_j| / |F_j| (net force) on the free vertices: the measure the 0.033 of #15 was taken in."""
+    """Mean over steps of |u_j| / |F_j| (net force) on the free vertices (the measure of the compatibility
+    figures in benchmarks/results, not the forces at play of ``sc.loop_metrics``)."""
     free = np.setdiff1d(np.arange(u.shape[1]), pins)
     u_norm = np.linalg.norm(u[:, free].reshape(len(u), -1), axis=1)
     f_norm = np.linalg.norm(f[:, free].reshape(len(f), -1), axis=1)
@@ -144,11 +145,9 @@ def compare(label, settings, n_frames, substep_grid):
     return out
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(prog="python -m benchmarks blender_cloth_residual",
+                            description=__doc__.splitlines()[0]).parse_args(argv)
     print(f"Blender {bpy.app.version_string}, 10x10 quads, 2 corners pinned, 40 frames at {FPS} fps")
     compare("default settings, Blender's sub-step grid", {}, 40, True)
     compare("quality 40, sub-step grid", dict(quality=40), 40, True)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,26 +1,21 @@
 """Gauss–Newton on a Blender cloth problem with the structured solve against CHOLMOD, in one process.
 
-    python sample_scenes/measure_structured_blender.py PROBLEM.npz [--frames N] [--iterations K] [--no-cholmod]
+    python -m benchmarks structured_blender PROBLEM.npz [--frames N] [--iterations K] [--no-cholmod]
 
 PROBLEM.npz from ``sample_scenes/flag_in_wind.py``; ``--frames`` keeps the problem's first N frames (its model,
 step and pins). Both start from the crossfade of the problem's forward simulation. Prints, per backend, the
 loss after each iteration, seconds, PCG iterations, and the structured solve's time to CHOLMOD's final loss.
 """
 import argparse
-import os
 import resource
-import sys
 import time
 
-import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import solver_core as sc  # noqa: E402
-from solver_core.gauss_newton import GaussNewton  # noqa: E402
+import solver_core as sc
+from solver_core.gauss_newton import GaussNewton
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks structured_blender", description=__doc__.splitlines()[0])
     p.add_argument("problem")
     p.add_argument("--frames", type=int, default=None)
     p.add_argument("--iterations", type=int, default=4)
@@ -48,7 +43,3 @@ def main(argv=None):
         reached = [h for h in runs["structured"].history if h["loss"] <= target["loss"] * 1.001]
         when = f"{reached[0]['seconds']:.1f} s" if reached else "not reached"
         print(f"CHOLMOD's loss {target['loss']:.5g} in {target['seconds']:.1f} s; structured: {when}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,11 +1,11 @@
-"""Benchmark: Make Loop on Blender cloth scenes of increasing size, end to end with bake.py's defaults.
+"""Make Loop on Blender cloth scenes of increasing size, end to end with bake.py's defaults (bpy module).
 
-    .venv/bin/python sample_scenes/bench_blender_cloth.py [--cases flag square square16] [--keep DIR] [-- BAKE OPTIONS]
+    .venv/bin/python -m benchmarks blender_cloth [--cases flag square square16] [--keep DIR] [-- BAKE OPTIONS]
 
-Per case: builds the scene with the bpy wheel, bakes Blender's cloth cache (timed), saves the .blend,
+Per case: builds the scene with the bpy module, bakes Blender's cloth cache (timed), saves the .blend,
 runs ``cyclic_loop_addon/bake.py`` on it in a child process with its defaults except ``--frames`` (the
-loop's frames, after the settle-from-rest start) and any BAKE OPTIONS given after ``--``, and prints one row: vertices, loop frames, sub-steps per
-frame, free unknowns, the bake's wall seconds and peak resident memory, Blender's own bake time of the
+loop's frames, after the settle-from-rest start) and any BAKE OPTIONS given after ``--``, and prints one
+row: vertices, loop frames, sub-steps per frame, free unknowns, the bake's wall seconds and peak resident memory, Blender's own bake time of the
 same frames (the cache's bake time times loop frames / cached frames), the loop's time in units of that
 bake and of one forward simulation of the same problem (``solver_core.simulate``), the wrap's
 velocity-jump ratio and the mean relative residual under the compatible model, for the loop and the cache.
@@ -26,14 +26,14 @@ import time
 import bpy
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, ROOT)
-import build_samples as bs  # noqa: E402
-from measure_blender_cloth import _quiet  # noqa: E402
-import solver_core as sc  # noqa: E402
-from cyclic_loop_addon import bake, scene_io  # noqa: E402
+import solver_core as sc
+from cyclic_loop_addon import bake, scene_io
+
+from .blender_cloth_residual import _quiet
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "sample_scenes"))
+import build_samples as bs  # noqa: E402  (the bundled samples' builder, a script in sample_scenes/)
 
 # (quads x, quads y, size x, size y, pinned: "edge" or "corners", quality, loop frames)
 CASES = {"flag": (14, 9, 1.5, 0.9, "edge", 5, (30, 77)),
@@ -119,8 +119,9 @@ def row(r):
             f"{r['res_loop']:.3f}", f"{r['res_cache']:.3f}")
 
 
-def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks blender_cloth", description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="*", default=["flag", "square"], choices=list(CASES))
     parser.add_argument("--keep", metavar="DIR", help="keep the scenes, loops and reports in DIR")
     options = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -131,7 +132,3 @@ def main(argv):
         print(" | ".join(HEADER), flush=True)
         for name in args.cases:
             print(" | ".join(str(v) for v in row(run_case(name, folder, options))), flush=True)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

@@ -1,7 +1,8 @@
-"""Cost of the forward simulation, its adjoint gradient and the tangent-linear / adjoint sweeps of a saved
-problem (e.g. ``sample_scenes/flag_in_wind.py``'s Blender flag), with the process's peak memory.
+"""Cost of a saved problem's forward simulation, adjoint gradient and tangent-linear / adjoint sweeps.
 
-    python -m solver_core.scenes.bench_forward_cost PROBLEM.npz [--fast-projection K]
+Also the process's peak memory; the problem e.g. ``sample_scenes/flag_in_wind.py``'s Blender flag.
+
+    python -m benchmarks forward_cost PROBLEM.npz [--fast-projection K]
 """
 import argparse
 import resource
@@ -9,9 +10,9 @@ import time
 
 import numpy as np
 
-from ..fast_projection import FastProjectionDiverged, fast_projection
-from ..forward import mismatch_gradient, simulate
-from ..io import load_problem
+from solver_core.fast_projection import FastProjectionDiverged, fast_projection
+from solver_core.forward import mismatch_gradient, simulate
+from solver_core.io import load_problem
 
 
 def _peak_gb():
@@ -19,7 +20,7 @@ def _peak_gb():
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks forward_cost", description=__doc__.splitlines()[0])
     p.add_argument("problem")
     p.add_argument("--fast-projection", type=int, default=0, help="also run this many fast-projection iterations")
     args = p.parse_args(argv)
@@ -48,7 +49,3 @@ def main(argv=None):
             outcome, it, seconds = str(exc), args.fast_projection, float("nan")
         print(f"fast projection: {it} iterations, {seconds / max(it, 1):.1f} s/it; {outcome}; "
               f"peak memory {_peak_gb():.2f} GB")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,9 +1,9 @@
 """Screenshot of the Loop tab with its Bake on Farm button (docs/farm_button.png), in a real Blender window:
 
     xvfb-run -a -s "-screen 0 1280x900x24" blender --enable-event-simulate --window-geometry 0 0 1280 900 \\
-        FLAG.blend --python docs/farm_screenshot.py -- ADDON_ZIP OUT.png
+        FLAG.blend --python tools/farm_screenshot.py -- ADDON_ZIP OUT.png
 
-ADDON_ZIP: the legacy zip of cyclic_loop_addon/build_extension.py --legacy-only; FLAG.blend: the flag
+ADDON_ZIP: the legacy zip of tools/build_extension.py --legacy-only; FLAG.blend: the flag
 sample built by this Blender (sample_scenes/build_samples.py). Set BLENDER_USER_SCRIPTS and
 BLENDER_USER_CONFIG to empty folders so the user's own add-ons and preferences stay out of it.
 """

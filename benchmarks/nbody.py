@@ -1,22 +1,43 @@
-"""N-body benchmark: make_loop's defaults on 3-, 4- and 5-body loops of 200 frames, dt 0.01, over many seeds."""
+"""N-body: make_loop's defaults on 3-, 4- and 5-body loops of 200 frames, dt 0.01, over many seeds.
+
+    python -m benchmarks nbody [--seeds S]
+"""
+import argparse
 import os
 import time
 
 import numpy as np
 
-from ..forward import simulate
-from ..loop import make_loop
-from ..residual import loss
-from ..result import CONVERGED, CONVERGED_WITH_SEAM
-from .nbody import nbody_problem
+from solver_core.forward import simulate
+from solver_core.loop import make_loop
+from solver_core.residual import loss
+from solver_core.result import CONVERGED, CONVERGED_WITH_SEAM
+from solver_core.scenes.nbody import nbody_problem
 
 
 def run_benchmark(bodies=(3, 4, 5), seeds=range(1, 21), repeats=1):
-    """Print per case: initial guess used, fast-projection and Gauss–Newton iterations, seconds (fastest of
-    ``repeats`` runs in this process) and its CPU seconds, the time of one forward simulation, loss before and after, the wrap's
-    velocity-jump ratio, the mean control force relative to the physical forces, status; then per body
-    count the median and slowest seconds, the loops converged (status 0 or 1) and seamless (status 0),
-    with the load average (the machine's other work inflates the seconds). Returns the rows."""
+    """Print one row per case, then a summary per body count.
+
+    Per case: initial guess used, fast-projection and Gauss–Newton iterations, seconds (fastest of
+    ``repeats`` runs in this process) and its CPU seconds, the time of one forward simulation, loss before
+    and after, the wrap's velocity-jump ratio, the mean control force relative to the physical forces,
+    status. Per body count: the median and slowest seconds, the loops converged (status 0 or 1) and
+    seamless (status 0), with the load average (the machine's other work inflates the seconds).
+
+    Parameters
+    ----------
+    bodies : iterable of int
+        Body counts.
+    seeds : iterable of int
+        Seeds of ``nbody_problem`` per body count.
+    repeats : int
+        Runs per case; the fastest is reported.
+
+    Returns
+    -------
+    list of dict
+        One row per case: bodies, seed, seconds, cpu, status, loss, gauss_newton_iterations.
+    """
     print(f"{'case':>10} {'init':>16} {'FP it':>6} {'GN it':>6} {'total s':>8} {'CPU s':>6} {'fwd s':>7} "
           f"{'forward loss':>13} {'final loss':>11} {'vel ratio':>10} {'control':>8}  status", flush=True)
     rows = []
@@ -54,3 +75,10 @@ def run_benchmark(bodies=(3, 4, 5), seeds=range(1, 21), repeats=1):
               f"{sum(r['gauss_newton_iterations'] for r in mine)}")
     print(f"load average (1 min) during the run: {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} cores")
     return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks nbody", description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=20, help="seeds 1..S of each of 3, 4 and 5 bodies")
+    args = p.parse_args(argv)
+    run_benchmark(seeds=range(1, args.seeds + 1))

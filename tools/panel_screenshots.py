@@ -2,7 +2,7 @@
 the README: the sidebar cut out of each 3D-view shot, the whole window kept where the status bar matters,
 256-colour PNGs.
 
-    .venv/bin/python -m pytest -q tests/test_gui_xvfb.py && .venv/bin/python docs/panel_screenshots.py
+    .venv/bin/python -m pytest -q tests/test_gui_xvfb.py && .venv/bin/python tools/panel_screenshots.py
 """
 import os
 

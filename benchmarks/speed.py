@@ -1,13 +1,14 @@
-"""Speed benchmark: Gauss–Newton steps with plain CHOLMOD vs. the structured (sweep-preconditioned PCG) solve.
+"""Speed: Gauss–Newton steps with plain CHOLMOD against the structured (sweep-preconditioned PCG) solve.
 
-``python -m solver_core bench speed`` runs, in one process, the same Gauss–Newton solve with both
-backends on problems the size of the paper's flag post, swinging cloth and bouncing doughnut (Table 1):
-CHOLMOD for ``--steps`` steps, the structured solve until it reaches CHOLMOD's final loss (inexact
-steps may need more of them), and prints seconds per step and in total; then a scaling table of the structured solve on cloth from 100 to 2,000 vertices and 100 to 1,000 frames.
-The scenes here are built from the models (cotton cloth, wind, gravity, a tet soft body on a floor) at
-the paper's sizes: flag 176 vertices / 300 triangles / 100 frames, swinging cloth 121 / 200 / 200,
-doughnut 294 vertices / 973 tets / 60 frames.
+    python -m benchmarks speed [--steps K] [--no-scaling] [--no-big] [--big-only]
+
+Runs, in one process, the same Gauss–Newton solve with both backends on problems the size of the paper's
+flag post, swinging cloth and bouncing doughnut (``solver_core.scenes.speed_problems``): CHOLMOD for
+``--steps`` steps, the structured solve until it reaches CHOLMOD's final loss (inexact steps may need more
+of them), and prints seconds per step and in total; then a scaling table of the structured solve on cloth
+from 100 to 2,000 vertices and 100 to 1,000 frames.
 """
+import argparse
 import gc
 import resource
 import threading
@@ -15,64 +16,9 @@ import time
 
 import numpy as np
 
-from ..forward import simulate
-from ..gauss_newton import GaussNewton
-from ..models.cloth import COTTON_YOUNGS_MODULUS, Cloth
-from ..models.contact import FloorContact
-from ..models.external import Gravity, Wind
-from ..models.softbody import SoftBody
-from ..problem import LoopProblem
-from ..residual import loss
-from ..tetmesh import tetrahedralize
-from .meshes import torus
-
-
-def cloth_grid(nx, ny, spacing):
-    """Rest positions (nx*ny, 3) of a flat grid in the x-z plane (top row at z = 0) and its triangles."""
-    i, j = np.meshgrid(np.arange(nx), np.arange(ny), indexing="ij")
-    x = np.stack([i * spacing, np.zeros_like(i, dtype=float), -j * spacing], axis=-1).reshape(-1, 3)
-    a = (i[:-1, :-1] * ny + j[:-1, :-1]).ravel()
-    b, c, d = a + ny, a + ny + 1, a + 1
-    tris = np.concatenate([np.stack([a, b, c], 1), np.stack([a, c, d], 1)])
-    return x.astype(float), tris
-
-
-def flag_problem(nx=16, ny=11, n_frames=100, dt=0.01, wind=(4.0, 1.5, 0.0), warmup=60):
-    """Flag post (paper Fig. 2): cotton flag (membrane softened 10x, as Codim-IPC's cloth examples) pinned at its two pole-side corners, gravity and wind.
-
-    16 x 11 vertices (176 vertices, 300 triangles) by default; r0, r1 are frames ``warmup`` and
-    ``warmup + 1`` of a forward simulation from rest, as in the paper."""
-    rest, tris = cloth_grid(nx, ny, 0.05)
-    cloth = Cloth(rest, tris, youngs_modulus=0.1 * COTTON_YOUNGS_MODULUS)
-    model = cloth.add(Gravity(cloth.mass), Wind(cloth.n_vertices, tris, wind, coefficient=0.05))
-    pins = np.array([0, ny - 1])
-    bent = rest + np.array([0.0, 0.01, 0.0]) * np.sin(np.pi * rest[:, :1] / rest[:, 0].max())
-    start = LoopProblem(model, warmup + 2, dt, bent, bent, scheme="backward", pins=pins)
-    q = simulate(start)
-    return LoopProblem(model, n_frames, dt, q[warmup], q[warmup + 1], scheme="backward", pins=pins)
-
-
-def swing_problem(nx=11, ny=11, n_frames=200, dt=0.01, spacing=0.1):
-    """Swinging cloth (paper Fig. 11): a horizontal cotton sheet at rest, pinned at two corners of one edge,
-    swings down under gravity (121 vertices, 200 triangles by default)."""
-    rest, tris = cloth_grid(nx, ny, spacing)
-    flat = rest[:, [0, 2, 1]] * np.array([1.0, -1.0, 0.0])
-    flat[:, 2] = 0.02 * np.sin(np.pi * flat[:, 1] / flat[:, 1].max())
-    cloth = Cloth(flat, tris, youngs_modulus=0.1 * COTTON_YOUNGS_MODULUS)
-    model = cloth.add(Gravity(cloth.mass))
-    return LoopProblem(model, n_frames, dt, flat, flat, scheme="backward", pins=np.array([0, (nx - 1) * ny]))
-
-
-def doughnut_problem(n_frames=60, dt=0.01, nu=24, nv=10, spacing=0.045):
-    """Bouncing doughnut (paper Fig. 8): a rubber torus thrown down onto a floor (penalty contact),
-    no pins, soft initial conditions on neither frame (hard r0, r1)."""
-    surface, tris = torus(0.15, 0.06, nu, nv)
-    rest, tets = tetrahedralize(surface, tris, spacing=spacing)
-    rest = rest + np.array([0.0, 0.0, 0.12])
-    body = SoftBody(rest, tets, density=1100.0, youngs_modulus=2e5, poisson_ratio=0.4)
-    model = body.add(Gravity(body.mass), FloorContact(body.n_vertices, mass=body.mass))
-    velocity = np.array([0.3, 0.0, -1.5])
-    return LoopProblem(model, n_frames, dt, rest, rest + dt * velocity, scheme="backward")
+from solver_core.forward import simulate
+from solver_core.gauss_newton import GaussNewton
+from solver_core.scenes.speed_problems import PROBLEMS, swing_problem
 
 
 class PeakMemory:
@@ -116,16 +62,13 @@ def timed_solve(prob, q0, backend, iters, target=None):
                 losses=[h["loss"] for h in gn.history])
 
 
-SCENES = {"flag post": flag_problem, "swinging cloth": swing_problem, "doughnut": doughnut_problem}
-
-
-def compare_scenes(iters, names=tuple(SCENES), slack=4):
+def compare_scenes(iters, names=tuple(PROBLEMS), slack=4):
     """CHOLMOD Gauss–Newton for ``iters`` steps from the forward simulation, then the structured solve
     until it reaches CHOLMOD's final loss (+1%), at most ``slack * iters`` steps: per step and in total."""
     print(f"{'scene':>15} {'verts':>5} {'frames':>6} {'unknowns':>8} | {'backend':>10} {'s/step':>7} {'steps':>5} "
           f"{'total s':>8} {'final loss':>11} {'peak GB':>7} | PCG its per solve")
     for name in names:
-        prob = SCENES[name]()
+        prob = PROBLEMS[name]()
         q0 = prob.apply_constraints(simulate(prob))
         head = f"{name:>15} {prob.n_vertices:>5} {prob.n_steps:>6} {int(prob.free_mask().sum()):>8} | "
         runs = {"cholmod": timed_solve(prob, q0, "cholmod", iters)}
@@ -165,7 +108,7 @@ def scaling_table(sizes, frames, iters, cholmod_limit):
 
 
 def run_benchmark(iters=4, scenes=None, scaling=True, big=True, big_only=False):
-    """Scene comparison (``scenes``: names from SCENES, default all, [] for none), then the scaling
+    """Scene comparison (``scenes``: names from PROBLEMS, default all, [] for none), then the scaling
     table (cloth grids 10x10 .. 50x40 vertices, 100 .. 1000 frames; 2000 x 1000 alone and last when
     ``big``); ``big_only``: just the 2000 x 1000 row, ``iters`` steps."""
     def big_case(steps):
@@ -174,10 +117,22 @@ def run_benchmark(iters=4, scenes=None, scaling=True, big=True, big_only=False):
     if big_only:
         big_case(iters)
         return
-    compare_scenes(iters, tuple(SCENES) if scenes is None else scenes)
+    compare_scenes(iters, tuple(PROBLEMS) if scenes is None else scenes)
     if scaling:
         print()
         scaling_table([(10, 10), (25, 20), (50, 40)], [100, 300], 2, cholmod_limit=60_000)
         scaling_table([(10, 10), (25, 20)], [1000], 2, cholmod_limit=0)
         if big:
             big_case(2)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks speed", description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=4,
+                   help="Gauss-Newton steps per solve (with --big-only: steps of the big case)")
+    p.add_argument("--scenes", nargs="*", choices=list(PROBLEMS), help="scenes to compare (default all)")
+    p.add_argument("--no-scaling", action="store_true", help="skip the scaling table")
+    p.add_argument("--no-big", action="store_true", help="skip the 2000-vertex x 1000-frame case")
+    p.add_argument("--big-only", action="store_true", help="only the 2000-vertex x 1000-frame case")
+    args = p.parse_args(argv)
+    run_benchmark(args.steps, args.scenes, scaling=not args.no_scaling, big=not args.no_big, big_only=args.big_only)

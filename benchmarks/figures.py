@@ -1,14 +1,20 @@
-"""Figures: the flag's seam (forward clip, crossfade, loop), the paper's doughnut centre of mass (Fig. 9) and
-swinging-cloth convergence (Fig. 11d)."""
+"""Figures as PNG: the flag's seam, the doughnut's centre of mass (paper Fig. 9), swinging-cloth convergence.
+
+The flag's seam: forward clip, crossfade and loop; the paper's Fig. 9 and Fig. 11d for this implementation.
+
+    python -m benchmarks figures [--out DIR] [--scale S] [--max-iters K] [--backend B]
+"""
+import argparse
 import os
 
 import numpy as np
 
-from ..baselines import crossfade_loop
-from ..forward import simulate
-from ..loop import make_loop
-from ..seam_plot import save_seam_plot
-from .paper import SCENES
+from solver_core.baselines import crossfade_loop
+from solver_core.forward import simulate
+from solver_core.loop import make_loop
+from solver_core.scenes.paper import SCENES
+
+from .seam_plot import save_seam_plot
 
 
 def _pyplot():
@@ -96,3 +102,13 @@ def make_figures(out_dir, scale=1.0, max_iters=1000, backend="auto"):
     b = os.path.join(out_dir, "swinging_cloth_convergence.png")
     finals = swinging_cloth_convergence(b, scale, max_iters, backend)
     print(f"figure: {b}  final losses: " + ", ".join(f"{k} {v:.4g}" for k, v in finals.items()))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks figures", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="out")
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--max-iters", type=int, default=1000)
+    p.add_argument("--backend", default="auto")
+    args = p.parse_args(argv)
+    make_figures(args.out, args.scale, args.max_iters, args.backend)

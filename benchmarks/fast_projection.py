@@ -1,28 +1,26 @@
-"""Fast projection on the paper's scenes: iterations, cost in forward simulations, closure, and which
-iterate starts Gauss–Newton best.
+"""Fast projection: iterations, cost in forward simulations, closure, and which iterate starts Gauss–Newton best.
 
-    python -m solver_core.scenes.bench_fast_projection [--scale S] [--gn K] [--fractions F ...]
+    python -m benchmarks fast_projection [--scale S] [--gn K] [--fractions F ...]
         [--stop-fraction F] [--max-iters K] [--stall-window K] [--budget SECONDS] SCENE|PROBLEM.npz ...
 
-Per scene (a paper scene, or a problem saved as .npz, e.g. by ``sample_scenes/flag_in_wind.py``): one plain forward simulation of the clip (the unit of loop cost), then fast projection
-(cancelled after ``--budget`` seconds): iterations, seconds per iteration, final G / G(0), the RMS
-position (m) and velocity (m/s) mismatch at the wrap before and after, the loop loss of its result and
-the process's peak resident memory. With ``--gn K`` also, for the first iterate whose
-G is below each fraction of G(0) (and the last; fast projection is then not asked to close the loop),
-the loop loss of that iterate and after K Gauss–Newton iterations from it.
+Per scene (a paper scene, or a problem saved as .npz, e.g. by ``sample_scenes/flag_in_wind.py``): one plain
+forward simulation of the clip (the unit of loop cost), then fast projection (cancelled after ``--budget``
+seconds): iterations, seconds per iteration, final G / G(0), the RMS position (m) and velocity (m/s)
+mismatch at the wrap before and after, the loop loss of its result and the process's peak resident memory.
+With ``--gn K`` also, for the first iterate whose G is below each fraction of G(0) (and the last; fast
+projection is then not asked to close the loop), the loop loss of that iterate and after K Gauss–Newton
+iterations from it.
 """
 import argparse
 import resource
 import time
 
-import numpy as np
-
-from ..fast_projection import FastProjectionDiverged, fast_projection
-from ..forward import simulate
-from ..gauss_newton import GaussNewton
-from ..io import load_problem
-from ..residual import loss
-from .paper import SCENES
+from solver_core.fast_projection import FastProjectionDiverged, fast_projection
+from solver_core.forward import simulate
+from solver_core.gauss_newton import GaussNewton
+from solver_core.io import load_problem
+from solver_core.residual import loss
+from solver_core.scenes.paper import SCENES
 
 
 def _candidates(G, fractions):
@@ -80,7 +78,7 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0, max_iters=3
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks fast_projection", description=__doc__.splitlines()[0])
     p.add_argument("scenes", nargs="+", help=f"{', '.join(sorted(SCENES))} or a problem .npz")
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--gn", type=int, default=0, help="Gauss-Newton iterations from candidate iterates")
@@ -93,7 +91,3 @@ def main(argv=None):
     for name in args.scenes:
         bench_scene(name, args.scale, args.gn, args.fractions, args.stop_fraction, args.max_iters, args.budget,
                     args.stall_window)
-
-
-if __name__ == "__main__":
-    main()

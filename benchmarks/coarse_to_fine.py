@@ -1,6 +1,6 @@
 """Coarse-to-fine against solving on the sub-step grid directly, on the flag's frames 49-72 (bpy module).
 
-    .venv/bin/python sample_scenes/measure_coarse_to_fine.py [--iterations K]
+    .venv/bin/python -m benchmarks coarse_to_fine [--iterations K]
 
 Gathers the flag sample (frames 49-72, 4 sub-steps per frame) as ``bake.py`` does and, from a crossfade
 of Blender's cache, prints seconds, mean relative residual, the wrap's velocity-jump ratio and the loss
@@ -10,15 +10,14 @@ sub-step grid directly. ``make_loop``'s defaults otherwise (backend "auto").
 """
 import argparse
 import os
-import sys
 import time
 
 import bpy
 
+import solver_core as sc
+from cyclic_loop_addon import scene_io
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-import solver_core as sc  # noqa: E402
-from cyclic_loop_addon import scene_io  # noqa: E402
 
 COARSE_ITERATIONS = 20
 
@@ -29,8 +28,8 @@ def _row(label, seconds, prob, q_steps):
           f"velocity-jump ratio {m['velocity_jump_ratio']:.2f}  loss {m['loss']:.4g}", flush=True)
 
 
-def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks coarse_to_fine", description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=12)
     args = parser.parse_args(argv)
     bpy.ops.wm.open_mainfile(filepath=os.path.join(ROOT, "sample_scenes", "flag.blend"))
@@ -49,7 +48,3 @@ def main(argv):
     t0 = time.perf_counter()
     direct = sc.make_loop(prob, init=init, max_iters=args.iterations)
     _row(f"sub-step grid directly ({args.iterations} it)", time.perf_counter() - t0, prob, direct.q_steps)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

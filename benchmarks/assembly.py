@@ -1,6 +1,6 @@
 """Seconds of the direct solve's Gauss–Newton system (J, J^T B J and the gradient) on the flag, frames 49-72.
 
-    .venv/bin/python sample_scenes/measure_assembly.py [--repeat 3] [--checkout DIR]
+    .venv/bin/python -m benchmarks assembly [--repeat 3] [--checkout DIR]
 
 Gathers the flag (frames 49-72) from sample_scenes/flag.blend with the bpy wheel, starts from a crossfade of
 its cache and times ``GaussNewton.system`` as Gauss–Newton calls it (the residual given): the first call,
@@ -13,14 +13,16 @@ import resource
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLAG = os.path.join(ROOT, "sample_scenes", "flag.blend")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks assembly", description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--checkout", default=os.path.dirname(HERE))
+    p.add_argument("--checkout", default=ROOT)
     args = p.parse_args(argv)
+    # the checkout's solver_core and cyclic_loop_addon, imported here first (nothing above imports them)
     sys.path.insert(0, os.path.abspath(args.checkout))
     import bpy
     import solver_core as sc
@@ -28,7 +30,7 @@ def main(argv=None):
     from solver_core.gauss_newton import GaussNewton
     from solver_core.residual import residual_steps
 
-    bpy.ops.wm.open_mainfile(filepath=os.path.join(HERE, "flag.blend"))
+    bpy.ops.wm.open_mainfile(filepath=FLAG)
     gathered = scene_io.gather(scene_io.LoopSettings(objects=("Flag",), frame_start=49, frame_end=72), None)
     prob = gathered.problem
     q = prob.apply_constraints(prob.steps_of(sc.crossfade_loop(gathered.source)))
@@ -42,7 +44,3 @@ def main(argv=None):
     print(f"{sc.__file__}: {int(prob.free_mask().sum())} unknowns, H nnz {H.nnz}; system: first call "
           f"{seconds[0]:.2f} s, then {' '.join(f'{s:.2f}' for s in seconds[1:])} s; peak "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
-
-
-if __name__ == "__main__":
-    main()
