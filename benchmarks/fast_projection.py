@@ -14,8 +14,10 @@ iterations from it.
 import argparse
 import resource
 import time
+from dataclasses import replace
 
 from solver_core.fast_projection import FastProjectionDiverged, fast_projection
+from solver_core.options import DEFAULTS
 from solver_core.forward import simulate
 from solver_core.gauss_newton import GaussNewton
 from solver_core.io import load_problem
@@ -51,8 +53,10 @@ def bench_scene(name, scale, gn_iters, fractions, stop_fraction=0.0, max_iters=3
 
     try:
         # figures for every run, closed or not (with --gn every iterate is a candidate start)
-        info = fast_projection(prob, callback=progress, stop_fraction=stop_fraction, max_iters=max_iters,
-                               keep_iterates=gn_iters > 0, accept=float("inf"), stall_window=stall_window)
+        options = replace(DEFAULTS, fast_projection=replace(
+            DEFAULTS.fast_projection, stop_fraction=stop_fraction, accept=float("inf"), stall_window=stall_window))
+        info = fast_projection(prob, callback=progress, options=options, max_iters=max_iters,
+                               keep_iterates=gn_iters > 0)
     except FastProjectionDiverged as exc:
         print(f"  fast projection diverged: {exc}")
         return

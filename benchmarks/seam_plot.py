@@ -3,7 +3,7 @@ marked (matplotlib, no bpy)."""
 import numpy as np
 
 from solver_core.metrics import seam_statistics
-from solver_core.seam_plot import tracked_vertices
+from solver_core.metrics import tracked_vertices
 
 __all__ = ["save_seam_plot", "tracked_vertices"]
 

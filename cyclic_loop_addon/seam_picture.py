@@ -99,7 +99,7 @@ def seam_picture(cache, loop, dt, vertices=None, scale=1, compact=False):
     dt : float
         Seconds between frames.
     vertices : array_like of int, optional
-        The vertices to track (default: ``solver_core.seam_plot.tracked_vertices`` of the cache).
+        The vertices to track (default: ``solver_core.metrics.tracked_vertices`` of the cache).
     scale : int
         1: 360 px wide; 2: 720 px, for a page.
     compact : bool
@@ -111,7 +111,7 @@ def seam_picture(cache, loop, dt, vertices=None, scale=1, compact=False):
         The picture, row 0 at the top.
     """
     cache, loop = np.asarray(cache, dtype=float), np.asarray(loop, dtype=float)
-    vertices = sc.seam_plot.tracked_vertices(cache) if vertices is None else np.asarray(vertices)
+    vertices = sc.metrics.tracked_vertices(cache) if vertices is None else np.asarray(vertices)
     axis = int(np.argmax(cache[:, vertices].std(axis=0).sum(axis=0)))
     size = font_atlas.SIZES[0] if scale == 1 else font_atlas.SIZES[-1]
     _, line = _font(size)

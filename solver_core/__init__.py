@@ -29,7 +29,6 @@ from .models.softbody import SoftBody, ElasticTetTerm
 from .models.contact import FloorContact, SphereContact, MeshContact
 from . import tetmesh
 from . import memory
-from . import seam_plot
 from .models.blender_settings import (blender_cloth_problem_parts, blender_soft_body_problem_parts,
                                       blender_gravity, CLOTH_SETTINGS_DEFAULTS, SOFT_BODY_SETTINGS)
 from .blender_scene import (MeshScene, BodiesScene, Collider, mesh_parts, bodies_parts,

@@ -108,3 +108,22 @@ def loop_metrics(prob, q):
         residual_rel_mean=float(rel.mean()), residual_rel_max=float(rel.max()),
         loss=loss(prob, q, with_penalty=False, u=u), speed=rms_speed(frames, prob.dt),
     )
+
+
+def tracked_vertices(q, count=3):
+    """Indices of the ``count`` vertices that move the most over a trajectory.
+
+    Parameters
+    ----------
+    q : array_like, shape (L, n, 3)
+        Positions per frame.
+    count : int
+        How many vertices to return.
+
+    Returns
+    -------
+    numpy.ndarray of int
+        Vertex indices, the largest spread (per-vertex standard deviation over the frames) first.
+    """
+    spread = np.linalg.norm(np.asarray(q).std(axis=0), axis=1)
+    return np.argsort(spread)[::-1][:count]
