@@ -11,6 +11,7 @@ from .gauss_newton import choose_backend
 from .linsolve import make_backend
 from .loop import INITS, MAX_ITERS, PHYSICS_TOL, TOL, LoopResult, make_loop, on_solver_grid, shifted_callback
 from .metrics import loop_metrics, unseen, wrap_ratio
+from .options import DEFAULTS
 from .residual import loss
 from .result import halts
 
@@ -84,7 +85,8 @@ def _make_loop(prob, clip, init, **options):
     losses = {name: loss(prob, prob.apply_constraints(on_solver_grid(prob, q))) for name, q in starts.items()}
     lead, trail = sorted(starts, key=losses.get)   # the start of lower loss is the likelier winner
     callback = options.pop("callback")
-    backend = choose_backend(prob, options["backend"])
+    tuning = DEFAULTS if options.get("options") is None else options["options"]
+    backend = choose_backend(prob, options["backend"], tuning)
     if backend in ("auto", "cholmod", "scipy"):
         # one direct solve for both runs: one symbolic analysis (CHOLMOD's "best" ordering of the 150-vertex
         # flag, 20,160 unknowns: 2.5 s)
@@ -106,7 +108,8 @@ def _make_loop(prob, clip, init, **options):
         if halts(user, info):
             return True
         i, other = info["iteration"], ahead[min(info["iteration"], len(ahead) - 1)]
-        if race and i >= RACE_FROM and info["loss"] > BEHIND * other:
+        behind = BEHIND if options.get("options") is None else tuning.start.behind
+        if race and i >= RACE_FROM and info["loss"] > behind * other:
             dropped.update(iteration=i, ratio=info["loss"] / other)
             return True
         return False
@@ -134,7 +137,7 @@ def _started(result, start):
 
 
 def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto",
-              physics_tol=PHYSICS_TOL):
+              physics_tol=PHYSICS_TOL, options=None):
     """``make_loop`` of ``prob`` taken from the simulated ``clip`` (n_frames, n, 3); LoopFailed when the
     solver fails or diverges.
 
@@ -145,11 +148,12 @@ def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, 
     dropped once clearly behind it (RACE_FROM, BEHIND). ``init_used`` says which loop was kept, the message
     gives the other's figures (where it was dropped), ``seconds`` counts both runs.
     ``callback``, ``tol`` and ``physics_tol`` (here PHYSICS_TOL unless given) as in ``make_loop``; a
-    cancelled result is returned as it is (write nothing).
+    cancelled result is returned as it is (write nothing). ``options``: the tuning values
+    (``solver_core.options.Options``; None: ``DEFAULTS``), passed to every Gauss–Newton.
     """
     check_init(init)
     options = dict(max_iters=int(max_iters), tol=float(tol), callback=callback, backend=backend,
-                   physics_tol=float(physics_tol))
+                   physics_tol=float(physics_tol), options=options)
     reason = ""
     try:
         try:

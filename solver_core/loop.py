@@ -9,6 +9,7 @@ from .forward import SimulationFailed, simulate
 from .gauss_newton import GaussNewton, choose_backend
 from .linsolve import make_backend
 from .metrics import SEAMLESS_RATIO, loop_metrics, seam_statistics, seamless, unseen
+from .options import DEFAULTS
 from .residual import loss
 from .result import CANCELLED, CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, Result
 from .reversible import reversible, two_sided_guess
@@ -169,7 +170,7 @@ def closed_forward(prob, clip=None):
 
 
 def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto",
-              relax=RELAX_EPS, physics_tol=0.0):
+              relax=RELAX_EPS, physics_tol=0.0, options=None):
     """Solve the loop problem ``prob`` and return a LoopResult.
 
     ``init``: "fast_projection" (when it fails, the reason is in ``fallback_reason`` and Gauss–Newton
@@ -189,7 +190,8 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
     ``max_iters``) with soft ones of eps ``relax`` (``RELAX_EPS``; None or 0 keeps them hard):
     ``initial_conditions`` says which held and ``first_frame_shift`` how far (RMS, metres) frame 0 moved
     from r0.
-    ``backend``: linear solver ("auto", "cholmod", "scipy" or a backend object).
+    ``backend``: linear solver ("auto", "cholmod", "scipy" or a backend object). ``options``: the tuning
+    values (``solver_core.options.Options``; None: ``DEFAULTS``), passed to every Gauss–Newton.
     """
     try:
         guess = _initial_guess(prob, init, callback)
@@ -209,18 +211,18 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
         iterations = FORWARD_RACE_ITERATIONS if init == "forward" else RACE_ITERATIONS
         final = 0 if init == "forward" else min(RACE_FINAL_ITERATIONS, max_iters)
         res.init_used, gn, run = _race(prob, guesses, backend, min(iterations, max_iters), tol, physics_tol, callback,
-                                       final)
+                                       final, options)
         res.initial_guess, res.initial_loss = guesses[res.init_used], run.history[0]["loss"]
         if run.stop_reason == "max_iters" and max_iters > run.nit:
             run = _run_on(gn, run, max_iters - run.nit, tol, physics_tol, callback)
     else:
-        run = GaussNewton(prob, backend).run(q0, max_iters=max_iters, tol=tol, callback=callback,
+        run = GaussNewton(prob, backend, options).run(q0, max_iters=max_iters, tol=tol, callback=callback,
                                              physics_tol=physics_tol)
     res.initial_conditions = "hard" if all(prob.hard()) else "soft"
     if (relax and res.initial_conditions == "hard" and run.stop_reason in ("tol", "step_tol")
             and max_iters > run.nit and not seamless(prob, run.x)
             and not pins_jump(prob, run.x)):   # soft conditions cannot hide the pins' own jump
-        run = _run_on(GaussNewton(prob.softened(relax), backend), run, max_iters - run.nit, tol, physics_tol, callback)
+        run = _run_on(GaussNewton(prob.softened(relax), backend, options), run, max_iters - run.nit, tol, physics_tol, callback)
         res.initial_conditions = f"soft (eps {relax:g}) after hard ones left a visible wrap"
     free = prob.free_vertices()
     res.update(gauss_newton_seconds=time.perf_counter() - t0, history=res.history + run.history, q_steps=run.x,
@@ -253,16 +255,17 @@ def shifted_callback(callback, offset):
     return lambda info: callback(dict(info, iteration=info["iteration"] + offset))
 
 
-def _race(prob, guesses, backend, iterations, tol, physics_tol, callback, final=0):
+def _race(prob, guesses, backend, iterations, tol, physics_tol, callback, final=0, options=None):
     """Gauss–Newton for ``iterations`` from each guess: (name, GaussNewton, its Result) of the lower loss
     (of the first cancelled run, if one is); with ``final`` > ``iterations`` the two lowest go on to
     ``final`` iterations first. A direct solve is shared by the runs: one symbolic analysis (CHOLMOD's
     costs 0.12-0.17 s on 5 bodies, more than 10 of their iterations)."""
-    if choose_backend(prob, backend) in ("auto", "cholmod", "scipy"):
-        backend = make_backend(choose_backend(prob, backend))
+    chosen = choose_backend(prob, backend, DEFAULTS if options is None else options)
+    if chosen in ("auto", "cholmod", "scipy"):
+        backend = make_backend(chosen)
     runs, offset = [], 0
     for name, q0 in guesses.items():
-        gn = GaussNewton(prob, backend)
+        gn = GaussNewton(prob, backend, options)
         run = gn.run(q0, max_iters=iterations, tol=tol, callback=shifted_callback(callback, offset),
                      physics_tol=physics_tol)
         offset += run.nit

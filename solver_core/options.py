@@ -54,6 +54,12 @@ class LinearSolveOptions:
     shift_safety: float = 1.2           # margin on the Lanczos estimate of a frame's destabilizing stiffness
     stable_above: float = 4.0           # a frame whose largest scaled stiffness reaches this is not shifted
     damped_refactor: float = 4.0        # refactorize the frame blocks when the damping moved by this factor
+    sweep_forcing: float = 0.1          # structured solve, time sweep: PCG's forcing (relative residual, model test)
+    sweep_max_cg: int = 60              # ... and its PCG iterations per direction while loose
+    blocks_forcing: float = 1e-3        # structured solve, frame blocks (soft first frames): PCG's forcing
+    blocks_max_cg: int = 400            # ... and its PCG iterations per direction while loose
+    rtol_min: float = 1e-10             # structured solve: the tightest relative residual PCG is asked for
+    max_tighten: int = 2                # structured solve: tightenings (forcing / 10, cap x 4) before it gives up
 
 
 @dataclass(frozen=True)
