@@ -69,7 +69,6 @@ class DirectBackend:
     ``factorize(A, shift)`` and ``solve(b)``)."""
 
     inexact = truncated = False
-    reuse = True
 
     def bind(self, prob, options=None):
         """Solve for the LoopProblem ``prob`` from now on, with the tuning values ``options`` (None: ``DEFAULTS``;
@@ -112,7 +111,7 @@ class DirectBackend:
     def solve_system(self, H, g, damping=0.0):
         """Solve (H + damping D) d = -g, D the damping metric; if singular, retry with a growing Levenberg shift.
 
-        With ``reuse`` and a factorization at hand (of an earlier iteration's matrix or damping), conjugate
+        With ``options.linear_solve.reuse`` and a factorization at hand (of an earlier iteration's matrix or damping), conjugate
         gradients preconditioned by it are tried first: to a relative residual of ``reuse_rtol`` (at which the
         direction is that of the direct solve) within ``reuse_cg_iters`` iterations, given up from iteration
         ``reuse_pace`` on when slower than the pace that reaches it in time; else the matrix is factorized.
@@ -143,7 +142,7 @@ class DirectBackend:
         if damping > 0:
             positions = self._positions if H is self._H else entry_positions(H, self.metric)
             H = plus_scaled(H, self.metric, damping, positions)
-        if self.reuse and self._factored and not self._far(undamped, damping):
+        if self.linear.reuse and self._factored and not self._far(undamped, damping):
             linear = self.linear
             d, iterations, converged = pcg(H.dot, -g, self.solve, linear.reuse_rtol, linear.reuse_cg_iters,
                                            pace=linear.reuse_pace)

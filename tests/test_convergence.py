@@ -39,8 +39,8 @@ def _captured(prob, q, backend):
 
 
 def test_inexact_direction_holds_most_of_the_model_decrease():
-    # the flag after 30 iterations: a residual test alone stopped PCG after 13 iterations on a direction
-    # holding 16% of the exact model decrease (measured); the model-decrease test keeps going
+    # the flag after 30 iterations, where a residual test alone stops PCG on a direction holding a small part of
+    # the exact model decrease; the model-decrease test keeps going (docs/design/tuning.md: sweep_forcing)
     prob = SCENES["flag"](0.25).prob
     gn = GaussNewton(prob, backend="cholmod")
     q = gn.run(prob.apply_constraints(sc.simulate(prob)), max_iters=30).x
@@ -95,7 +95,7 @@ def test_damping_is_the_inertia_metric_plus_the_meshs_smoothing_away_from_contac
 def test_the_smoothing_metric_ends_a_membranes_crawl():
     """The swinging cloth from its crossfade (scale 0.12) without the settled-loss rule: Levenberg–Marquardt in
     the inertia metric crawls (> 55 iterations, below), in the smoothing metric it converges in 40 at most to a
-    loss no higher (measured: 38, loss 0.1% lower)."""
+    loss no higher (docs/design/tuning.md: smoothing)."""
     prob = SCENES["swinging_cloth"](0.12).prob
     q0 = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
     runs = {}
@@ -133,9 +133,9 @@ def test_swinging_cloth_from_make_loops_defaults_ends_seamless_and_stops_by_itse
 @pytest.mark.usefixtures("fast_projection_on_n_bodies")
 @pytest.mark.parametrize("n_bodies, seed", [(3, 9), (4, 6)])
 def test_nbody_loops_after_a_failed_projection_converge_in_few_iterations(n_bodies, seed, monkeypatch):
-    # fast projection fails on both and the race runs; a rejected undamped step used to restart the damping
-    # at 1e-4 and crawl (46 and 67 Gauss–Newton iterations; now 21 and 23), and every racer analyzed the
-    # matrix again (CHOLMOD's symbolic analysis: 0.12-0.17 s each on 5 bodies)
+    # fast projection fails on both and the race runs; a rejected undamped step restarts the damping from where
+    # it was switched off, not from 1e-4, where it crawls (docs/design/tuning.md: damping_restart), and the racers
+    # share one symbolic analysis of the matrix
     from solver_core import linsolve
     if linsolve.cholmod is None:
         pytest.skip("scikit-sparse is not installed")
@@ -149,8 +149,8 @@ def test_nbody_loops_after_a_failed_projection_converge_in_few_iterations(n_bodi
 
 @pytest.mark.parametrize("name, scale", [("flag", 0.16), ("swinging_cloth", 0.12)])
 def test_from_the_forward_clip_gauss_newton_on_a_reduced_flag_and_swinging_cloth_reaches_the_seam_targets(name, scale):
-    # measured: the flag's hard loop converges with its wrap velocity 1.82x the median, soft initial
-    # conditions take it to 1.01x with frame 0 moved 3.3 mm; the swinging cloth stays hard (1.09x). The race
+    # the flag's hard loop converges with its wrap seen, soft initial conditions hide it with frame 0 moved a
+    # few millimetres; the swinging cloth's hard loop is seamless and stays hard. The race
     # of the two forward starts: the closed clip's run wins on the flag, the clip's own on the swinging cloth
     # (the closed clip's in the inertia metric)
     prob = SCENES[name](scale).prob
@@ -265,9 +265,9 @@ def test_remaining_decrease_of_a_geometric_crawl_and_not_of_a_fall_that_just_end
 def test_a_crawling_swinging_cloth_stops_when_its_loss_has_settled():
     # from the crossfade the loss falls linearly for tens of iterations (the cloth held near flat by the
     # loop's control: a flat membrane has no stiffness across itself, and the model of the loss misses its
-    # curvature there); measured: 61 iterations by the per-iteration tolerance alone, 40 with the rule. The
-    # geodesic acceleration takes this valley in 23 iterations with or without the rule: the crawl is the
-    # plain Levenberg–Marquardt step's in the inertia metric (the smoothing metric ends it: above)
+    # curvature there); the settled-loss rule stops the crawl well before the per-iteration tolerance does.
+    # The crawl is the plain Levenberg–Marquardt step's in the inertia metric (the geodesic acceleration and the
+    # smoothing metric each end it: above, below)
     inertia = tuned(smoothing=0.0, accelerate=False)
     prob = SCENES["swinging_cloth"](0.12).prob
     q0 = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
@@ -280,7 +280,7 @@ def test_a_crawling_swinging_cloth_stops_when_its_loss_has_settled():
 @pytest.mark.parametrize("name, jumps", [("ribbons", True), ("swinging_cloth", False), ("flag", False)])
 def test_pins_that_do_not_come_back_make_the_wrap_visible_whatever_the_free_vertices_do(name, jumps):
     # the ribbons' handle goes 0.75 turns in 25 frames at scale 0.25: soft initial conditions cannot hide
-    # its wrap, so make_loop does not try them (they ran 717 iterations into the cap for 2.94x -> 2.93x)
+    # its wrap, so make_loop does not try them (they run into the iteration cap for no visible gain)
     prob = SCENES[name](0.25).prob
     q = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
     assert loop.pins_jump(prob, q) == jumps
@@ -288,17 +288,17 @@ def test_pins_that_do_not_come_back_make_the_wrap_visible_whatever_the_free_vert
 
 @pytest.mark.usefixtures("fast_projection_on_n_bodies")
 def test_a_settled_crawl_that_the_model_says_can_go_on_does_not_stop():
-    # 4 bodies seed 4 from fast projection: the soft phase settled after 176 iterations (loss 1,141) while the
-    # undamped model still predicted 4.6% of the loss; the loss went on falling (1,066 at 200 iterations).
-    # Without the geodesic acceleration: with it the same loop converges in 195 iterations at loss 670.
+    # 4 bodies seed 4 from fast projection, without the geodesic acceleration: the soft phase settles while the
+    # undamped model still predicts a few percent of the loss, and the loss goes on falling to the iteration cap
+    # (docs/design/tuning.md: ftol)
     res = sc.make_loop(nbody_problem(4, seed=4, perturbation=0.02), options=tuned(accelerate=False))
     assert res.status == loop.ITERATION_CAP and res.gauss_newton_iterations == loop.MAX_ITERS
     assert res.final_loss < 1100
 
 
 def test_a_step_rejected_at_a_small_damping_raises_it_from_there():
-    # 5 bodies seed 3 (100 frames) from its closed forward clip: twice a step was rejected at a damping of ~1e-7
-    # and the next trial jumped to 1e-4 (39 iterations to loss 7,222); raised from there, 32 to loss 4,234
+    # 5 bodies seed 3 (100 frames) from its closed forward clip: steps are rejected at a damping of ~1e-7, and
+    # the next trial raises it from there, not to 1e-4 (docs/design/tuning.md: damping_restart)
     prob = nbody_problem(5, n_frames=100, seed=3, perturbation=0.02)
     gn = GaussNewton(prob, backend="cholmod")
     tried, direction = [], gn.backend.direction
@@ -314,8 +314,8 @@ def test_a_step_rejected_at_a_small_damping_raises_it_from_there():
 @pytest.mark.parametrize("backend", ["cholmod", "scipy", "structured"])
 def test_geodesic_acceleration_cancels_the_second_order_residual_along_the_step(backend):
     # J^T B (J a + r_vv) = 0 for the undamped acceleration: along q + t v + t^2 a / 2 the residual's part
-    # beyond first order is O(t^3) in J's range where along q + t v it is t^2 r_vv / 2 (measured 0.005 of it;
-    # 0.067 with the structured solve's default forcing 0.1)
+    # beyond first order is O(t^3) in J's range where along q + t v it is t^2 r_vv / 2 (with an accurate solve:
+    # the structured one is asked for one here, its default forcing leaves more)
     if backend == "cholmod":
         pytest.importorskip("sksparse")
     prob, q = small_cloth(n_frames=8)
@@ -338,7 +338,7 @@ def test_geodesic_acceleration_cancels_the_second_order_residual_along_the_step(
 
 def test_geodesic_acceleration_on_blender_cloth_differences_within_its_springs_switches():
     # Blender's springs switch stiffness and damping at their rest length: differenced over 0.1 |v| r_vv is
-    # noise and the structured solve stalls (loss 230); over accel_h_switching |v| it goes on (1.90)
+    # noise and the structured solve stalls; over accel_h_switching |v| it goes on (docs/design/tuning.md)
     prob, q = frame_grid_cloth(4, 12)
     assert not prob.model.smooth
     wide, narrow = GN.accel_h, GN.accel_h_switching
@@ -353,9 +353,8 @@ def test_geodesic_acceleration_on_blender_cloth_differences_within_its_springs_s
 
 
 def test_geodesic_acceleration_shortens_a_canyon_crawl():
-    # the swinging cloth from its crossfade (scale 0.08): the damped steps crawl along a curved valley;
-    # measured 32 iterations without the acceleration, 15 with it, to a 0.5% lower loss, in the inertia
-    # metric (in the smoothing metric 13 and 9: the valley is less of a canyon there)
+    # the swinging cloth from its crossfade (scale 0.08): the damped steps crawl along a curved valley in the
+    # inertia metric, the acceleration follows it (docs/design/tuning.md: accelerate)
     prob = SCENES["swinging_cloth"](0.08).prob
     q0 = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
     plain = GaussNewton(prob, backend="cholmod", options=tuned(smoothing=0.0, accelerate=False)).run(
@@ -386,8 +385,8 @@ def test_an_acceleration_never_taken_is_tried_ever_more_seldom_and_changes_nothi
 
 def test_the_structured_solve_starts_a_cloth_damped_in_proportion_to_its_stiffness():
     # a 6 x 6-quad Blender cloth on the frame grid from its crossfade: median diag(J^T B J) / D 5.4e4, so
-    # lambda starts at 0.054; from 1e-3 the first iteration was rejected 4 times (9 rejected trials in 15
-    # iterations against 3, loss 4,770 against 964 measured)
+    # lambda starts at 0.054; from 1e-3 the first iteration is rejected several times
+    # (docs/design/tuning.md: damping_start)
     prob, _ = frame_grid_cloth(6, 12)
     q = prob.apply_constraints(sc.crossfade_loop(sc.simulate(prob)))
     scaled, fixed = GaussNewton(prob, "structured"), GaussNewton(prob, "structured")

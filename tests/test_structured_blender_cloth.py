@@ -232,8 +232,8 @@ def test_factor_reuse_gives_the_direct_solves_iterates():
     runs = {}
     for reuse in (True, False):
         backend = make_backend("cholmod")
-        backend.reuse = reuse
-        gn = GaussNewton(prob, backend)
+        gn = GaussNewton(prob, backend, options=replace(DEFAULTS, linear_solve=replace(DEFAULTS.linear_solve,
+                                                                                         reuse=reuse)))
         runs[reuse] = (gn.run(q, max_iters=8, tol=0.0), backend)
     (fast, fb), (plain, pb) = runs[True], runs[False]
     assert fast.nit == plain.nit == 8
@@ -272,7 +272,7 @@ def test_frame_blocks_are_the_diagonal_blocks_of_the_gauss_newton_matrix():
 
 
 def test_frame_blocks_hold_a_large_damping():
-    """Levenberg–Marquardt damping far above the blocks' diagonal is factorized into them (DAMPED_REFACTOR):
+    """Levenberg–Marquardt damping far above the blocks' diagonal is factorized into them (``damped_refactor``):
     at lambda 1e6 PCG takes 4 iterations to 1e-6 where the undamped blocks took 1,210; a damping within that
     factor of the one held keeps the factor."""
     prob, q = frame_grid_cloth(quads=4, n_frames=12)
@@ -304,7 +304,7 @@ def test_frame_blocks_hold_a_large_damping():
 def test_soft_first_frames_take_the_frame_blocks_where_the_sweep_stalls():
     """Soft first frames on the frame grid: the sweep's T takes frames 0 and 1 from their weak penalty rows
     alone and does not reach a relative residual of 1e-3 in 500 PCG iterations; the frame blocks (what "auto"
-    picks with soft first frames, the sweep with hard ones) reach it in under 100 (55 measured)."""
+    picks with soft first frames, the sweep with hard ones) reach it in under 100."""
     prob, q = frame_grid_cloth()
     hard = sc.LoopProblem(prob.model, prob.n_frames, prob.dt, prob.r0, prob.r1, scheme=prob.scheme, pins=prob.pins)
     assert choose_preconditioner(prob) == "blocks" and choose_preconditioner(hard) == "sweep"

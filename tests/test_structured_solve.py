@@ -115,8 +115,8 @@ class Overshooting(StructuredBackend):
 
 
 def test_failing_inexact_directions_tighten_then_auto_switches_to_direct(monkeypatch):
-    # in the inertia metric: from this random start on the floor the smoothing metric crawls 440 direct
-    # iterations to the tolerance (137 without; residual.damping_metric), and the switch is what is tested here;
+    # in the inertia metric: from this random start on the floor the smoothing metric crawls three times as many
+    # direct iterations to the tolerance (residual.damping_metric), and the switch is what is tested here;
     # "auto" takes the structured solve at any size
     options = replace(DEFAULTS, gauss_newton=replace(DEFAULTS.gauss_newton, smoothing=0.0),
                       linear_solve=replace(DEFAULTS.linear_solve, auto_direct_max_factor_nonzeros=0))
