@@ -178,7 +178,20 @@ class DirectBackend:
         return g
 
     def direction(self, g, damping=0.0):
-        """The step d solving (H + damping D) d = -g at the last linearization."""
+        """The step d solving (H + damping D) d = -g at the last linearization.
+
+        Parameters
+        ----------
+        g : ndarray
+            The gradient on the free unknowns (``linearize``).
+        damping : float, optional
+            Levenberg–Marquardt's lambda; D is the damping metric.
+
+        Returns
+        -------
+        ndarray
+            The step on the free unknowns.
+        """
         return self.solve_system(self._H, g, damping)
 
     def apply(self, d):

@@ -20,7 +20,7 @@ SEAMLESS_RATIO = 1.5    # a wrap whose jumps are within this factor of the media
 @dataclass(frozen=True)
 class GaussNewtonOptions:
     """Levenberg–Marquardt (``gauss_newton.GaussNewton``): damping, step acceptance, stopping rules,
-    geodesic acceleration and the smoothing metric."""
+    geodesic acceleration and the smoothing metric. Evidence: docs/design/tuning.md, a section per field."""
     max_damping_raises: int = 12        # trust-region shrinks per iteration before the iteration gives up
     damping0: float = 1e-3              # first damping, relative to the inertia metric (direct solves)
     damping_restart: float = 1e-4       # damping after a rejected undamped step when none was switched off yet
@@ -42,7 +42,8 @@ class GaussNewtonOptions:
 
 @dataclass(frozen=True)
 class LinearSolveOptions:
-    """Gauss–Newton's linear solves (``linsolve``, ``structured_solve``) and the choice between them."""
+    """Gauss–Newton's linear solves (``linsolve``, ``structured_solve``) and the choice between them.
+    Evidence: docs/design/tuning.md, a section per field."""
     factor_fill: float = 2.2                        # CHOLMOD factor nonzeros per (unknowns x unknowns per step)
     auto_direct_max_factor_nonzeros: float = 130e6  # "auto" takes the direct solve up to this factor size
     auto_structured_min_unknowns_velocity: int = 60_000   # with velocity terms: structured from this many unknowns

@@ -578,7 +578,20 @@ class StructuredBackend:
         (``residual.damping_metric``: block-diagonal in time, so the frame blocks hold it whole).
         PCG starts from the last solve of this linearization: after a rejected step, the last direction (another
         damping), or the geodesic acceleration's solve when one came between; a nearby start saves most of the
-        iterations of the trials after the first."""
+        iterations of the trials after the first.
+
+        Parameters
+        ----------
+        g : ndarray
+            The gradient on the free unknowns (``linearize``).
+        damping : float, optional
+            Levenberg–Marquardt's lambda.
+
+        Returns
+        -------
+        ndarray
+            The (inexact) step on the free unknowns; ``truncated`` and ``inexact`` describe its solve.
+        """
         op, damped = self.op, damping * self.metric
 
         def apply_a(x):

@@ -1,5 +1,6 @@
 """The structured (matrix-free, sweep-preconditioned PCG) Gauss–Newton solve against direct CHOLMOD."""
 import copy
+import importlib
 import warnings
 from dataclasses import replace
 
