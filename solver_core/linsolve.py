@@ -111,10 +111,11 @@ class DirectBackend:
     def solve_system(self, H, g, damping=0.0):
         """Solve (H + damping D) d = -g, D the damping metric; if singular, retry with a growing Levenberg shift.
 
-        With ``options.linear_solve.reuse`` and a factorization at hand (of an earlier iteration's matrix or damping), conjugate
-        gradients preconditioned by it are tried first: to a relative residual of ``reuse_rtol`` (at which the
-        direction is that of the direct solve) within ``reuse_cg_iters`` iterations, given up from iteration
-        ``reuse_pace`` on when slower than the pace that reaches it in time; else the matrix is factorized.
+        With ``options.linear_solve.reuse`` and a factorization at hand (of an earlier iteration's matrix or
+        damping), conjugate gradients preconditioned by it are tried first: to a relative residual of
+        ``reuse_rtol`` (at which the direction is that of the direct solve) within ``reuse_cg_iters`` iterations,
+        given up from iteration ``reuse_pace`` on when slower than the pace that reaches it in time; else the
+        matrix is factorized.
         ``factorizations`` and ``reused`` count both outcomes. Runs on the ``recycled_heap``.
 
         Parameters

@@ -101,7 +101,8 @@ def test_auto_picks_structured_where_the_direct_factor_is_large_only():
     # 1,600 vertices over 20 frames: 95,520 free unknowns, ~1e9 nonzeros in a direct factor
     large = sc.LoopProblem(cloth.add(Gravity(cloth.mass)), 20, 0.01, rest, rest, scheme="backward",
                            pins=np.array([0, 39]))
-    assert gauss_newton.factor_nonzeros(large.free_mask().sum(), 20) > DEFAULTS.linear_solve.auto_direct_max_factor_nonzeros
+    linear = DEFAULTS.linear_solve
+    assert gauss_newton.factor_nonzeros(large.free_mask().sum(), 20) > linear.auto_direct_max_factor_nonzeros
     assert gauss_newton.choose_backend(large) == "structured"
     assert gauss_newton.choose_backend(large, "cholmod") == "cholmod"
     linearized = sc.LoopProblem(large.model, 20, 0.01, rest, rest, scheme="linearized", pins=large.pins)
