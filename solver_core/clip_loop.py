@@ -75,7 +75,7 @@ def _make_loop(prob, clip, init, options, **kwargs):
         return _started(make_loop(prob, init=starts["cache"], options=options, **kwargs), "cache")
     lead, trail = starts
     callback = kwargs.pop("callback")
-    backend = choose_backend(prob, kwargs["backend"])
+    backend = choose_backend(prob, kwargs["backend"], options)
     if backend in ("auto", "cholmod", "scipy"):
         kwargs["backend"] = make_backend(backend)   # one direct solve for both runs: one symbolic analysis
 

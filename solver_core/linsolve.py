@@ -1,16 +1,16 @@
 """Gauss–Newton's linear solves, direct and structured, behind one backend protocol.
 
-``make_backend("auto" | "cholmod" | "scipy" | "structured")`` returns a backend that Gauss–Newton
-drives the same way whatever it is: ``bind(prob)`` once; per iteration ``g = linearize(q, u)``,
-``direction(g, damping)`` (the step solving (J^T B J + damping D) d = -g, D ``residual.damping_metric``) and
-``apply(d)`` (the Gauss–Newton product); ``residual_gradient(u)`` (J^T B u for any residual array u, at the
-last linearization); ``tighten()`` when an inexact direction stalled (False: it
-cannot); ``inexact``; ``truncated`` (the last direction's solve stopped at its cap short of its tolerance);
-``name``. The direct backends (``DirectBackend``) assemble the matrix and
-factorize it: CHOLMOD computes the symbolic analysis on the first matrix and reuses it for every later
-one (the Gauss–Newton matrix keeps its sparsity pattern), and the last factorization preconditions conjugate
-gradients on later matrices before they are factorized; SciPy (SuperLU) is the fallback when
-scikit-sparse is not importable. "structured" (see ``structured_solve``) never assembles the matrix.
+``make_backend("auto" | "cholmod" | "scipy" | "structured")`` returns a backend that Gauss–Newton drives the
+same way whatever it is: ``bind(prob, options)`` once (``options``: ``solver_core.options.Options``, None for
+``DEFAULTS``); per iteration ``g = linearize(q, u)``, ``direction(g, damping)`` (the step solving
+(J^T B J + damping D) d = -g, D ``residual.damping_metric``) and ``apply(d)`` (the Gauss–Newton product);
+``residual_gradient(u)`` (J^T B u for any residual array u, at the last linearization); ``tighten()`` when an
+inexact direction stalled (False: it cannot); ``inexact``; ``truncated`` (the last direction's solve stopped at
+its cap short of its tolerance); ``name``. The direct backends (``DirectBackend``) assemble the matrix and
+factorize it: CHOLMOD computes the symbolic analysis on the first matrix and reuses it for every later one (the
+Gauss–Newton matrix keeps its sparsity pattern), and the last factorization preconditions conjugate gradients on
+later matrices before they are factorized; SciPy (SuperLU) is the fallback when scikit-sparse is not importable.
+"structured" (see ``structured_solve``) never assembles the matrix.
 """
 import weakref
 
@@ -19,6 +19,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from .forward import recycled_heap
+from .options import DEFAULTS
 from .residual import ResidualJacobian, damping_metric, penalty_terms, residual_steps
 from .structured_solve import StructuredBackend, cholmod, pcg   # cholmod: None without scikit-sparse
 
@@ -53,8 +54,7 @@ def entry_positions(H, D):
 
 def plus_scaled(H, D, scale, positions):
     """CSC ``H + scale D`` (a new matrix, ``H`` kept): on H's own pattern at D's ``entry_positions`` when given, a
-    copy of its values (150-vertex flag, on the ``recycled_heap``: 9 ms against the sparse sum's 19-24 ms, for each
-    of the 68 damped matrices of a bake)."""
+    copy of its values, about twice as fast as the sparse sum (docs/design/tuning.md: Implementation notes)."""
     if positions is None:
         return (H + scale * D).tocsc()
     data = H.data.copy()
@@ -64,39 +64,24 @@ def plus_scaled(H, D, scale, positions):
     return out
 
 
-# Factorization reuse (``DirectBackend.solve_system``): conjugate gradients on the current matrix preconditioned
-# by the last factorization, to a relative residual at which the direction is that of the direct solve, at
-# most REUSE_CG_ITERS iterations (each costs a pair of triangular solves and a product with the matrix, ~1/35
-# of a factorization on the 150-vertex flag), given up from iteration REUSE_PACE on when slower than the pace
-# that reaches REUSE_RTOL in time. Measured on that flag's first 24 frames (10,080 unknowns, 29 iterations
-# from the cache): 68 -> 38 factorizations, the same losses to 6 digits; 30 directions by CG (3-11
-# iterations); on the whole flag (20,160 unknowns, bake.py) 251 -> 187 s of CPU, the same loop. There the
-# directions after a damping raise of 4-8x or at the next linearization of the last iterations need 13-29
-# iterations to 1e-10, 11-24 to 1e-8: at 1e-10 and 12 iterations 41 factorizations in 68 directions (solves
-# 97 s of CPU), at 1e-8 and 24 iterations 25 (70 s), the same 26 iterations, losses equal to 7 digits.
-REUSE_RTOL, REUSE_CG_ITERS, REUSE_PACE = 1e-8, 24, 3
-# ... not tried on the matrix of the factorization's own linearization when the damping differs from the
-# factorization's by more than this factor (the preconditioned matrix's condition number is up to the ratio):
-# there at 1e-8 and 24 iterations ratios of 8 took 10-21 iterations, of 16 22 and 24 (a third failed after 4),
-# of 63-64 and 516 all six failed, after 4-20 iterations (65 in all)
-REUSE_DAMPING_RATIO = 20.0
-
-
 class DirectBackend:
     """The backend protocol by assembling H = J^T B J + K^T C K and factorizing it (subclasses supply
     ``factorize(A, shift)`` and ``solve(b)``)."""
 
     inexact = truncated = False
-    reuse = True
 
-    def bind(self, prob):
-        """Solve for the LoopProblem ``prob`` from now on."""
+    def bind(self, prob, options=None):
+        """Solve for the LoopProblem ``prob`` from now on, with the tuning values ``options`` (None: ``DEFAULTS``;
+        this reads ``options.linear_solve`` and the damping metric's ``options.gauss_newton.smoothing``)."""
         self.prob = prob
+        options = DEFAULTS if options is None else options
+        self.linear = options.linear_solve
+        self.smoothing = options.gauss_newton.smoothing
         self._factored = False
         self._factored_for = (lambda: None, 0.0, 0.0)   # (weak reference to the matrix without damping, damping,
         # Levenberg shift) of the last factorization
         self.factorizations, self.reused, self.reuse_cg_iterations = 0, 0, []
-        self.metric = damping_metric(prob)
+        self.metric = damping_metric(prob, smoothing=self.smoothing)
         self._jac = None
         self._H = self._J = None
         self._positions = None   # ``entry_positions`` of the metric in _H
@@ -112,7 +97,7 @@ class DirectBackend:
         """(H, g): Gauss–Newton matrix J^T B J + K^T C K and gradient J^T B u + K^T C g at q (u: the
         residual at q, computed when not given); with contact the damping metric becomes q's."""
         if self.prob.model.contact:
-            self.metric = damping_metric(self.prob, q)
+            self.metric = damping_metric(self.prob, q, self.smoothing)
         with recycled_heap():
             J = self._J = self.jac.assemble(q)
             g = self.residual_gradient(residual_steps(self.prob, q) if u is None else u)
@@ -126,10 +111,27 @@ class DirectBackend:
     def solve_system(self, H, g, damping=0.0):
         """Solve (H + damping D) d = -g, D the damping metric; if singular, retry with a growing Levenberg shift.
 
-        With ``reuse`` and a factorization at hand (of an earlier iteration's matrix or damping), conjugate
-        gradients preconditioned by it are tried first: to a relative residual of ``REUSE_RTOL`` within
-        ``REUSE_CG_ITERS`` iterations, else the matrix is factorized. ``factorizations`` and ``reused``
-        count both outcomes. Runs on the ``recycled_heap``."""
+        With ``options.linear_solve.reuse`` and a factorization at hand (of an earlier iteration's matrix or
+        damping), conjugate gradients preconditioned by it are tried first: to a relative residual of
+        ``reuse_rtol`` (at which the direction is that of the direct solve) within ``reuse_cg_iters`` iterations,
+        given up from iteration ``reuse_pace`` on when slower than the pace that reaches it in time; else the
+        matrix is factorized.
+        ``factorizations`` and ``reused`` count both outcomes. Runs on the ``recycled_heap``.
+
+        Parameters
+        ----------
+        H : scipy.sparse.csc_matrix
+            The Gauss–Newton matrix without damping (``system``).
+        g : ndarray
+            The gradient on the free unknowns.
+        damping : float, optional
+            Levenberg–Marquardt's lambda.
+
+        Returns
+        -------
+        ndarray
+            The step d.
+        """
         with recycled_heap():
             return self._solve_system(H, g, damping)
 
@@ -141,8 +143,10 @@ class DirectBackend:
         if damping > 0:
             positions = self._positions if H is self._H else entry_positions(H, self.metric)
             H = plus_scaled(H, self.metric, damping, positions)
-        if self.reuse and self._factored and not self._far(undamped, damping):
-            d, iterations, converged = pcg(H.dot, -g, self.solve, REUSE_RTOL, REUSE_CG_ITERS, pace=REUSE_PACE)
+        if self.linear.reuse and self._factored and not self._far(undamped, damping):
+            linear = self.linear
+            d, iterations, converged = pcg(H.dot, -g, self.solve, linear.reuse_rtol, linear.reuse_cg_iters,
+                                           pace=linear.reuse_pace)
             self.reuse_cg_iterations.append(iterations)
             if converged:
                 self.reused += 1
@@ -161,11 +165,12 @@ class DirectBackend:
         raise NotPositiveDefinite("the Gauss–Newton matrix stays singular even with a Levenberg shift")
 
     def _far(self, H, damping):
-        """True when the last factorization is of ``H`` itself at a damping more than REUSE_DAMPING_RATIO times
-        larger or smaller than ``damping`` (both positive)."""
+        """True when the last factorization is of ``H`` itself at a damping more than ``reuse_damping_ratio``
+        times larger or smaller than ``damping`` (both positive): the preconditioned matrix's condition number is
+        up to that ratio, too large for CG to reach the direct solve's direction in time."""
         matrix, factored, _ = self._factored_for
         low, high = sorted((damping, factored))
-        return matrix() is H and low > 0 and high > REUSE_DAMPING_RATIO * low
+        return matrix() is H and low > 0 and high > self.linear.reuse_damping_ratio * low
 
     def linearize(self, q, u):
         """Gradient at q with residual u; assembles the matrix of the next ``direction`` solves."""
@@ -174,7 +179,20 @@ class DirectBackend:
         return g
 
     def direction(self, g, damping=0.0):
-        """The step d solving (H + damping D) d = -g at the last linearization."""
+        """The step d solving (H + damping D) d = -g at the last linearization.
+
+        Parameters
+        ----------
+        g : ndarray
+            The gradient on the free unknowns (``linearize``).
+        damping : float, optional
+            Levenberg–Marquardt's lambda; D is the damping metric.
+
+        Returns
+        -------
+        ndarray
+            The step on the free unknowns.
+        """
         return self.solve_system(self._H, g, damping)
 
     def apply(self, d):
@@ -194,15 +212,11 @@ class DirectBackend:
         return False
 
 
-# CHOLMOD's "best" ordering (AMD, METIS and nested dissection tried) from this many unknowns on, AMD below:
-# on 5 bodies x 200 frames (2,970 unknowns) "best" took 0.12-0.17 s to analyze against AMD's 4 ms, and
-# both factors have 114k nonzeros and factorize in ~3 ms
-BEST_ORDERING_MIN_UNKNOWNS = 5_000
-
-
 class CholmodBackend(DirectBackend):
     """CHOLMOD supernodal Cholesky with the symbolic analysis reused across factorizations (of every problem
-    the backend is bound to whose matrix has the same pattern: the runs of a race)."""
+    the backend is bound to whose matrix has the same pattern: the runs of a race). The analysis takes
+    CHOLMOD's "best" ordering (AMD, METIS and nested dissection tried) from ``best_ordering_min_unknowns`` on,
+    AMD below, where "best" costs more to analyze than it saves."""
 
     name = "cholmod"
 
@@ -217,7 +231,7 @@ class CholmodBackend(DirectBackend):
         A = sp.csc_matrix(A)
         try:
             if self._factor is None or not np.array_equal(A.indptr, self._columns):
-                order = "best" if A.shape[0] >= BEST_ORDERING_MIN_UNKNOWNS else "amd"
+                order = "best" if A.shape[0] >= self.linear.best_ordering_min_unknowns else "amd"
                 self._factor = cholmod.analyze(A, mode="supernodal", ordering_method=order)
                 self._columns = A.indptr.copy()
                 self.analyses += 1
@@ -264,9 +278,21 @@ BACKENDS = {"cholmod": CholmodBackend, "scipy": ScipyBackend, "structured": Stru
 
 
 def make_backend(name="auto"):
-    """A fresh backend: "cholmod", "scipy", "structured", "auto" (the direct solve: CHOLMOD when available,
-    else SciPy), or a backend object as it is. Which one a problem gets is ``gauss_newton.choose_backend``'s
-    choice alone."""
+    """A fresh backend of the linear-solve protocol, to be bound with ``bind(prob, options)``.
+
+    Which one a problem gets is ``gauss_newton.choose_backend``'s choice alone.
+
+    Parameters
+    ----------
+    name : str or backend object, optional
+        "cholmod", "scipy", "structured", "auto" (the direct solve: CHOLMOD when available, else SciPy), or a
+        backend object, returned as it is.
+
+    Returns
+    -------
+    DirectBackend or StructuredBackend
+        The backend (not yet bound).
+    """
     if name == "auto":
         name = "cholmod" if cholmod is not None else "scipy"
     if isinstance(name, str):

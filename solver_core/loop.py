@@ -159,8 +159,8 @@ def _race(prob, guesses, backend, iterations, tol, physics_tol, callback, final,
     of the lowest loss (of the first cancelled run, if one is); with ``final`` > ``iterations`` the two
     lowest go on to ``final`` iterations first, and the lower of them wins. The runs share one direct
     solve: one symbolic analysis (docs/design/starts.md)."""
-    if choose_backend(prob, backend) in ("auto", "cholmod", "scipy"):
-        backend = make_backend(choose_backend(prob, backend))
+    if choose_backend(prob, backend, options) in ("auto", "cholmod", "scipy"):
+        backend = make_backend(choose_backend(prob, backend, options))
     solvers = {}
 
     def last_loss(run):

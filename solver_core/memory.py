@@ -1,29 +1,25 @@
 """Peak memory of ``make_loop`` from the problem's size, before any work: for farm host requirements.
 
-Calibrated on the peak resident sizes in the README (this project's 2-core machine). The structured
-solve is linear in the unknowns: 0.36 GB at 51k unknowns (the flag post) and 16.3 GB at 6.0 M (2,000
-vertices x 1,000 frames), both with the sparse values of one time offset (backward Euler); each further
-offset the operator stores (``sparse_offsets``: the linearized scheme's Jacobian derivative, the velocity
-terms, the explicit terms' offset -1) adds its values, their CSR indices and the sweep's copy. The direct
-solve (CHOLMOD) holds its factor, ``gauss_newton.factor_nonzeros``: the loop's matrix is banded in time, so
-the fill is the unknowns times those of one step (times ``gauss_newton.FACTOR_FILL``); the flag post and
-the doughnut at 52k unknowns peaked at 1.04 and 1.39 GB, the swinging cloth (72.6k) at 1.17 GB, the
-wobbly bar (96k) at 1.62 GB.
+A model calibrated on measured peak resident sizes (docs/design/tuning.md: Memory model). The structured solve
+is linear in the unknowns, with the sparse values of one time offset per unknown and more for each further
+offset the operator stores (``sparse_offsets``: the linearized scheme's Jacobian derivative, the velocity terms,
+the explicit terms' offset -1). The direct solve (CHOLMOD) holds its factor, ``gauss_newton.factor_nonzeros``:
+the loop's matrix is banded in time, so the fill is the unknowns times those of one step (times
+``LinearSolveOptions.factor_fill``). The estimate is of a solve with the default options.
 """
 from .gauss_newton import auto_structured, factor_nonzeros
 from .scheme import offsets
 
-BASE_BYTES = 250e6                 # Python, numpy, SciPy, the problem and a few trajectories
-STRUCTURED_BYTES_PER_UNKNOWN = 2.8e3  # with one sparse time offset
+BASE_BYTES = 250e6                    # Python, numpy, SciPy, the problem and a few trajectories
+STRUCTURED_BYTES_PER_UNKNOWN = 2.8e3  # the structured solve, with one sparse time offset
 # per further sparse offset: values (8 B), CSR index (4 B) and the sweep's values (8 B) of the ~55 entries a
-# row of Blender cloth has per unknown (a 16 x 16-quad square: 55.5)
+# row of Blender cloth has per unknown
 OFFSET_BYTES_PER_UNKNOWN = 1.1e3
-# soft first frames: the structured solve's frame-block preconditioner (one sparse factor per frame, simplicial,
-# and the Gauss-Newton matrix's diagonal blocks it factors). Calibrated on the 32 x 32-quad square (1,089
-# vertices x 100 frames, 326,100 unknowns, Blender cloth defaults): 6.81 GB peak measured against 1.52 GB
-# estimated without the blocks. Their fill grows with the log of a frame's vertices, which this leaves out.
+# soft first frames: the structured solve's frame-block preconditioner (one sparse factor per frame and the
+# Gauss–Newton matrix's diagonal blocks it factors); their fill grows with the log of a frame's vertices,
+# which this leaves out
 FRAME_BLOCK_BYTES_PER_UNKNOWN = 16.2e3
-BYTES_PER_FACTOR_NONZERO = 16.0    # value and row index, plus CHOLMOD's workspace while factoring
+BYTES_PER_FACTOR_NONZERO = 16.0       # value and row index, plus CHOLMOD's workspace while factoring
 
 
 def sparse_offsets(scheme, velocity_terms=False, explicit_terms=False):
@@ -44,7 +40,7 @@ def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False, explicit_terms
     """Estimated peak resident bytes of ``make_loop`` on ``n_vertices`` x ``n_steps`` (frames x substeps).
 
     ``scheme``: the problem's residual scheme; ``velocity_terms``: the model has velocity-dependent forces
-    (Blender cloth), which keep the solve on CHOLMOD below ``gauss_newton.AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY``;
+    (Blender cloth), which keep the solve on CHOLMOD below ``auto_structured_min_unknowns_velocity`` unknowns;
     ``explicit_terms``: the linearized scheme takes some terms explicitly (Blender cloth on its sub-steps);
     ``soft_frames``: the first frames are soft, so the structured solve factors frame blocks
     (``structured_solve.choose_preconditioner``)."""

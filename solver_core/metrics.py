@@ -1,9 +1,8 @@
 """How seamless and how physical a looped trajectory is, measured the same way for any loop."""
 import numpy as np
 
+from .options import SEAMLESS_RATIO   # noqa: F401 (re-exported: its callers read it here)
 from .residual import force_steps, loss, residual_steps
-
-SEAMLESS_RATIO = 1.5   # a wrap whose jumps are within this factor of the median frame boundary cannot be seen
 
 
 def _rms(x):
@@ -42,10 +41,25 @@ def forces_at_play(model, q, t):
 
 
 def relative_residual(prob, q, u=None):
-    """Per solver step, |u_j| over the forces at play (``forces_at_play`` at the positions row j's forces
-    see) on the free vertices, the denominator floored at 1e-3 of its maximum over the loop: the force
-    beyond physics as a fraction of the forces acting (0 is pure physics). ``u``: q's residual
-    (``residual_steps``) when already computed."""
+    """How far each step of a loop is from physics, relative to the forces acting.
+
+    Per solver step, |u_j| over the forces at play (``forces_at_play`` at the positions row j's forces see) on
+    the free vertices, the denominator floored at 1e-3 of its maximum over the loop.
+
+    Parameters
+    ----------
+    prob : LoopProblem
+        The problem.
+    q : ndarray, shape (n_steps, n, 3)
+        A loop on the solver grid.
+    u : ndarray, optional
+        q's residual (``residual_steps``) when already computed.
+
+    Returns
+    -------
+    ndarray, shape (n_steps,)
+        The force beyond physics as a fraction of the forces acting (0 is pure physics).
+    """
     q = prob.check_trajectory(q)
     free = prob.free_vertices()
     u = residual_steps(prob, q) if u is None else u
@@ -90,13 +104,27 @@ def within_tolerance(prob, q, tol, u=None, residual=None):
 
 
 def loop_metrics(prob, q):
-    """Metrics of a loop q on the solver grid (n_steps, n, 3):
+    """How seamless and how physical a loop is, measured the same way for any loop.
 
-    position_jump, velocity_jump (at the wrap, absolute) and *_ratio (wrap / median over all
-    boundaries: ~1 for a seamless loop), measured on the frames the loop plays (``prob.frames_of``): with
-    sub-steps, the boundaries inside a frame are never seen, and a clip interpolated to sub-steps has none;
-    residual_rel_mean / residual_rel_max (``relative_residual``); loss (E[q], no penalties); the residual is
-    evaluated once for both; speed (``rms_speed`` of the frames played)."""
+    The jumps are measured on the frames the loop plays (``prob.frames_of``): with sub-steps, the boundaries
+    inside a frame are never seen, and a clip interpolated to sub-steps has none. The residual is evaluated
+    once for the relative residuals and the loss.
+
+    Parameters
+    ----------
+    prob : LoopProblem
+        The problem.
+    q : ndarray, shape (n_steps, n, 3)
+        A loop on the solver grid.
+
+    Returns
+    -------
+    dict
+        position_jump, velocity_jump (at the wrap, absolute); position_jump_ratio, velocity_jump_ratio (wrap
+        over the median of all boundaries: ~1 for a seamless loop, at most ``SEAMLESS_RATIO`` unseen);
+        residual_rel_mean, residual_rel_max (``relative_residual``); loss (E[q], without penalties); speed
+        (``rms_speed`` of the frames played, m/s).
+    """
     q = prob.check_trajectory(q)
     frames = prob.frames_of(q)
     pos, vel = seam_statistics(frames, prob.dt)

@@ -20,7 +20,7 @@ SEAMLESS_RATIO = 1.5    # a wrap whose jumps are within this factor of the media
 @dataclass(frozen=True)
 class GaussNewtonOptions:
     """Levenberg–Marquardt (``gauss_newton.GaussNewton``): damping, step acceptance, stopping rules,
-    geodesic acceleration and the smoothing metric."""
+    geodesic acceleration and the smoothing metric. Evidence: docs/design/tuning.md, a section per field."""
     max_damping_raises: int = 12        # trust-region shrinks per iteration before the iteration gives up
     damping0: float = 1e-3              # first damping, relative to the inertia metric (direct solves)
     damping_restart: float = 1e-4       # damping after a rejected undamped step when none was switched off yet
@@ -42,10 +42,12 @@ class GaussNewtonOptions:
 
 @dataclass(frozen=True)
 class LinearSolveOptions:
-    """Gauss–Newton's linear solves (``linsolve``, ``structured_solve``) and the choice between them."""
+    """Gauss–Newton's linear solves (``linsolve``, ``structured_solve``) and the choice between them.
+    Evidence: docs/design/tuning.md, a section per field."""
     factor_fill: float = 2.2                        # CHOLMOD factor nonzeros per (unknowns x unknowns per step)
     auto_direct_max_factor_nonzeros: float = 130e6  # "auto" takes the direct solve up to this factor size
     auto_structured_min_unknowns_velocity: int = 60_000   # with velocity terms: structured from this many unknowns
+    reuse: bool = True                  # direct solves try CG preconditioned by the last factorization first
     reuse_rtol: float = 1e-8            # CG on the last factorization must reach this relative residual
     reuse_cg_iters: int = 24            # ... within this many iterations
     reuse_pace: int = 3                 # ... and from this iteration on keep the pace that reaches it in time
@@ -54,6 +56,12 @@ class LinearSolveOptions:
     shift_safety: float = 1.2           # margin on the Lanczos estimate of a frame's destabilizing stiffness
     stable_above: float = 4.0           # a frame whose largest scaled stiffness reaches this is not shifted
     damped_refactor: float = 4.0        # refactorize the frame blocks when the damping moved by this factor
+    sweep_forcing: float = 0.1          # structured solve, time sweep: PCG's forcing (relative residual, model test)
+    sweep_max_cg: int = 60              # ... and its PCG iterations per direction while loose
+    blocks_forcing: float = 1e-3        # structured solve, frame blocks (soft first frames): PCG's forcing
+    blocks_max_cg: int = 400            # ... and its PCG iterations per direction while loose
+    rtol_min: float = 1e-10             # structured solve: the tightest relative residual PCG is asked for
+    max_tighten: int = 2                # structured solve: tightenings (forcing / 10, cap x 4) before it gives up
 
 
 @dataclass(frozen=True)

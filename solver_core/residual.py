@@ -8,14 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import scheme
-
-# Levenberg–Marquardt's metric damps rough steps more than smooth ones: the mesh's graph Laplacian times this,
-# beside the inertia diagonal (``damping_metric``). Gauss–Newton on a near-inextensible membrane takes spiky
-# steps (single vertices out of the cloth's plane, which stretch it at second order, unseen by the model) and
-# crawls; damping them in the metric of the mesh's gradients (a Sobolev metric) lets the smooth steps through.
-# Swinging cloth at scale 0.25 from its crossfade, make_loop to its stop: 0 -> 233 iterations, loss 0.775;
-# 0.1 -> 167, 0.764; 1 -> 107, 0.746; 3 -> 92, 0.736; 10 -> 86, 0.771 (the wrap at 1.5x: the soft phase).
-SMOOTHING = 2.0
+from .options import DEFAULTS
 
 # positions per batch of residual rows: the force models' temporaries are ~80x this (a 2,000-vertex cloth: 87 frames)
 _BATCH_COORDINATES = 2 ** 19
@@ -43,7 +36,20 @@ def residual_steps(prob, q):
 
 
 def residual(prob, q):
-    """Residual forces u_j (n_steps, n, 3) of ``q`` (n_steps, n, 3); n_steps == n_frames without substeps."""
+    """Residual forces of the equations of motion around the loop ``q``.
+
+    Parameters
+    ----------
+    prob : LoopProblem
+        The problem (model, time step, scheme, pins).
+    q : ndarray, shape (n_steps, n, 3)
+        A trajectory on the solver grid (n_steps == n_frames without substeps), played cyclically.
+
+    Returns
+    -------
+    ndarray, shape (n_steps, n, 3)
+        u_j, the force beyond physics in each step's equation of motion (zero on pinned vertices).
+    """
     return residual_steps(prob, q)
 
 
@@ -59,8 +65,24 @@ def penalty_terms(prob, q):
 
 
 def loss(prob, q, with_penalty=True, u=None):
-    """E[q] = sum_j h/2 |u_j|^2_{M^-1} (+ the eq. 15 penalties when eps > 0 and ``with_penalty``); ``u``: the
-    residual ``residual_steps(prob, q)`` when the caller has it."""
+    """The loop loss E[q] = sum_j h/2 |u_j|^2_{M^-1}, with the eq. 15 penalties of soft initial conditions.
+
+    Parameters
+    ----------
+    prob : LoopProblem
+        The problem.
+    q : ndarray, shape (n_steps, n, 3)
+        A trajectory on the solver grid.
+    with_penalty : bool, optional
+        Add the soft initial conditions' penalties (when the problem's eps0 / eps1 > 0).
+    u : ndarray, optional
+        q's residual ``residual_steps(prob, q)`` when the caller has it.
+
+    Returns
+    -------
+    float
+        The loss.
+    """
     q = prob.check_trajectory(q)
     u = residual_steps(prob, q) if u is None else u
     value = 0.5 * prob.h * np.sum(u * u / prob.model.mass[:, None])
@@ -72,8 +94,7 @@ def loss(prob, q, with_penalty=True, u=None):
 
 def block_gram(a):
     """a^T a (CSR) of a sparse matrix whose rows and columns come in 3 x 3 blocks (a vertex's coordinates), multiplied
-    as BSR: the same matrix in about half the time of a CSR product (the 150-vertex Blender flag's J^T B J 0.35
-    against 0.73 s; the 32 x 32-quad square's frame blocks 6.5 against 10.4 s)."""
+    as BSR: the same matrix in about half the time of a CSR product."""
     a = a.tobsr(blocksize=(3, 3))
     return (a.T @ a).tocsr()
 
@@ -87,14 +108,15 @@ def inertia_metric(prob):
 
 def damping_metric(prob, q=None, smoothing=None):
     """Levenberg–Marquardt's metric D (CSC) on the free unknowns: the inertia diagonal (``inertia_metric``) plus
-    ``smoothing`` (None: SMOOTHING) times the graph Laplacian of the model's mesh (``Model.mesh_edges``) in every
-    step and coordinate, an edge weighing 6 m / h^3 with m the mean of its ends' masses; an edge to a fixed
-    vertex (a pin) adds its free end's diagonal only. At a trajectory ``q`` an edge is left out in the steps
-    where one of its ends touches a collider (``Model.touching``): a contact moves single vertices, and damping
-    their rough steps more made contact crawls longer (a 12-vertex cloth on a floor, 4 random starts: 2.4x the
-    iterations with those edges, 1.7x without); their entries stay, zero, so D's pattern does not change with q.
-    Without a mesh (N bodies) D is the inertia diagonal."""
-    smoothing = SMOOTHING if smoothing is None else smoothing
+    ``smoothing`` (None: ``DEFAULTS.gauss_newton.smoothing``) times the graph Laplacian of the model's mesh
+    (``Model.mesh_edges``) in every step and coordinate, an edge weighing 6 m / h^3 with m the mean of its ends'
+    masses; an edge to a fixed vertex (a pin) adds its free end's diagonal only. The Laplacian damps rough steps
+    (single vertices out of a membrane's plane) more than smooth ones (docs/design/tuning.md: smoothing). At a
+    trajectory ``q`` an edge is left out in the steps where one of its ends touches a collider
+    (``Model.touching``): a contact moves single vertices, and damping their rough steps more makes contact crawl
+    longer; their entries stay, zero, so D's pattern does not change with q. Without a mesh (N bodies) D is the
+    inertia diagonal."""
+    smoothing = DEFAULTS.gauss_newton.smoothing if smoothing is None else smoothing
     free = prob.free_mask()
     n_free = int(free.sum())
     column = np.full(free.shape, -1, dtype=np.int64)

@@ -18,8 +18,9 @@ block-sparse in space and banded periodic in time. H is never formed:
 * ``BlockPreconditioner`` (soft first frames) factorizes H's diagonal blocks of every frame with the damping.
 * ``StructuredBackend`` runs preconditioned conjugate gradients on (H + lambda D) d = -g (Levenberg–
   Marquardt damping) to the relative residual of an inexact-Newton forcing sequence (loose while the
-  gradient is large, tight near convergence) and until the quadratic model stops improving, capped at ``max_cg`` iterations (a truncated CG step is still a descent direction),
-  and solves tighter when Gauss–Newton reports that an inexact direction made no progress.
+  gradient is large, tight near convergence) and until the quadratic model stops improving, capped at ``max_cg``
+  iterations (a truncated CG step is still a descent direction), and solves tighter when Gauss–Newton reports
+  that an inexact direction made no progress.
 
 It applies to every scheme ("symplectic", "backward", "linearized") and to velocity terms (Blender
 cloth's spring and angular damping); ``supports`` says why it does not apply otherwise.
@@ -30,6 +31,7 @@ import scipy.sparse.linalg as spla
 
 from . import scheme
 from .forward import recycled_heap, single_threaded_blas
+from .options import DEFAULTS
 from .residual import block_gram, damping_metric, penalty_terms
 
 try:
@@ -38,18 +40,6 @@ except ImportError:  # scikit-sparse is optional
     cholmod = None
 
 _CHUNK_BYTES = 32 * 2 ** 20  # one batch of per-frame force-Jacobian values (their temporaries are ~4x this)
-_SHIFT_SAFETY = 1.2  # margin on the Lanczos (under)estimate of a frame's destabilizing stiffness
-# A mode of scaled stiffness k, shifted by s, grows through the sweep by the root of (1 + s - k) r^2 - 2 r + 1:
-# growth for 0 < k - s < 4, decay for k - s >= 4. A frame whose largest k is >= 4 is not shifted (a shift
-# that large would swamp the block; measured on a randomly crumpled cloth: 627 PCG iterations unshifted,
-# no convergence in 5,000 shifted).
-_STABLE_ABOVE = 4.0
-# The frame blocks are refactorized with the Levenberg–Marquardt damping when it changes their diagonal by
-# more than this factor from the damping they hold (``BlockPreconditioner.damp``). Without the damping, PCG's
-# iterations grew with it: the 150-vertex Blender flag (bench_blender_cloth.py, structured) 262 -> 1,359 per
-# solve as lambda rose 1.4e3 -> 2.3e5 (2.7-15 s each); with it 1-2 at lambda 1e7-1e10; a 4 x 4-quad cloth at
-# lambda 1e6, to 1e-6: 4 against 1,210. The factor 4 itself was not tuned.
-DAMPED_REFACTOR = 4.0
 
 
 def supports(prob):
@@ -68,8 +58,8 @@ class LoopOperator:
     the force Jacobian, for "linearized" also its derivative and its explicit terms, and the velocity terms),
     summed per offset on one spatial pattern. Vectors of unknowns are ordered as the Gauss–Newton solver's
     free unknowns (step-major, then non-pinned degrees of freedom). ``update(q)`` evaluates the sparse parts at q,
-    and with ``sweep`` also the sweep preconditioner's (``sweep_values``; the frame blocks use none of them: on
-    a 16 x 16-quad square they were 2 s of an update's 7).
+    and with ``sweep`` also the sweep preconditioner's (``sweep_values``; the frame blocks use none of them, so
+    an operator built for them skips their cost).
     """
 
     def __init__(self, prob, sweep=True):
@@ -105,8 +95,7 @@ class LoopOperator:
         self.diag_slots = np.searchsorted(uniq, np.arange(m) * (m + 1))
         # per offset, sums its parts' term-wise (duplicated) entries into the pattern's slots. Parts on one pattern
         # (Blender cloth's velocity terms mirror its springs and hinges) are added first, then one sparse 0/1 product
-        # per row sums them onto the slots. The 32 x 32-quad square (100 frames): a gather of the concatenated parts
-        # sorted by slot and its reduceat took 8.7 + 1.2 s of an update's 24 s; the update now takes 15-17 s of CPU.
+        # per row sums them onto the slots (faster than a gather sorted by slot and a reduceat).
         def summing(indices):
             """[(indices of parts on one pattern, 0/1 CSR (slots x that pattern's entries))] for ``indices``."""
             groups = []
@@ -286,14 +275,16 @@ class SweepPreconditioner:
 
     Stabilized: where a frame's forces destabilize the implicit step (positive ``stiffness_bound``, e.g. a
     buckling membrane at a Gauss–Newton iterate), the sweep would amplify errors exponentially through
-    that frame (a swinging cloth's sweep reached a norm of ~1e19 and PCG stalled). Its leading block then
-    gets ``shifts[j]`` times the inertia added, so every block is at least as stable as the free particle
-    (unless the frame's largest destabilizing stiffness is so large that its mode decays anyway).
-    T changes identically in both sweeps, so the preconditioner stays symmetric positive definite."""
+    that frame and PCG would stall. Its leading block then gets ``shifts[j]`` times the inertia added
+    (``shift_safety`` times the Lanczos bound), so every block is at least as stable as the free particle
+    (unless the frame's largest destabilizing stiffness reaches ``stable_above``, where its mode decays anyway).
+    T changes identically in both sweeps, so the preconditioner stays symmetric positive definite.
+    ``options``: ``LinearSolveOptions`` (None: the defaults)."""
 
-    def __init__(self, op):
+    def __init__(self, op, options=None):
         if not op.sweep:
             raise ValueError("the sweep preconditioner needs an operator built with sweep=True")
+        self.options = DEFAULTS.linear_solve if options is None else options
         self.op = op
         n = op.n_steps
         self.penalty = {f: np.sqrt(op.penalty_diag[f]) for f in op.free_frames if f < 2}
@@ -306,20 +297,22 @@ class SweepPreconditioner:
         """Refactorize the per-frame leading blocks for the operator's current sparse parts."""
         op = self.op
         bound = op.stiffness_bound(sweep=True)
-        self.shifts = np.where((bound > 0) & (bound < _STABLE_ABOVE), _SHIFT_SAFETY * bound, 0.0)
+        # a mode of scaled stiffness k, shifted by s, grows through the sweep by the root of (1 + s - k) r^2 - 2 r + 1:
+        # growth for 0 < k - s < 4, decay for k - s >= 4 (docs/design/tuning.md: stable_above)
+        stable_above, safety = self.options.stable_above, self.options.shift_safety
+        self.shifts = np.where((bound > 0) & (bound < stable_above), safety * bound, 0.0)
         for f in self.sweep_frames:
             j = f - 1
             lead = sp.diags(op.coef[1] * (1.0 + self.shifts[j]))
             if 1 in op.offsets:
                 lead = lead + op.frame_part(1, j, sweep=True)
-            # the block's pattern is symmetric: minimum degree on A + A^T, diagonal pivots preferred
-            # (a 50 x 40 cloth: 17% less fill and 2.4x faster solves than the default COLAMD)
+            # the block's pattern is symmetric: minimum degree on A + A^T, diagonal pivots preferred (less fill
+            # and faster solves than the default COLAMD)
             self._lu[j] = spla.splu(sp.csc_matrix(lead), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.01,
                                     options={"SymmetricMode": True})
-        # T keeps the operator's ``sweep_values``: the force Jacobian (stabilized where the model can) and the
-        # velocity terms' damping. With the exact Jacobian of Blender cloth (compressed springs, hinges) the
-        # sweep overflowed on 16 of 40 frames of the 150-vertex flag (scaled stiffness >= 4, not shifted);
-        # with the stabilized one no frame has a positive bound.
+        # T keeps the operator's ``sweep_values``: the force Jacobian (stabilized where the model can: with the
+        # exact Jacobian of Blender cloth, compressed springs and hinges make the sweep overflow) and the velocity
+        # terms' damping.
         self._blocks = {o: [op.frame_part(o, j, sweep=True) for j in range(op.n_steps)]
                         for o in (0, -1) if o in op.sweep_values}
 
@@ -360,15 +353,14 @@ class BlockPreconditioner:
     coupling (the stiffness, dominant on the frame grid: k h^2 / m >> 1) and none between frames.
 
     The factor holds the Levenberg–Marquardt damping lambda D (``damp``; the blocks of H + lambda D are those of
-    H plus lambda D), refactorized when lambda moves far from the one it holds.
+    H plus lambda D), refactorized when lambda moves far from the one it holds (``damped_refactor``).
 
-    On Blender cloth on the frame grid with soft first frames (the add-on's default) the sweep's T takes
-    frames 0 and 1 from their weak penalty rows alone and PCG stalls: on a 16 x 16-quad square over 50 frames
-    (43k unknowns, at the crossfade of its cache) 1,000 sweep-preconditioned iterations reached 7% of the
-    Gauss–Newton model's decrease (relative residual 0.94), these blocks 99.99% in 25 (residual 7.6e-3);
-    with hard first frames the sweep reached residual 0.06 in 200, these blocks 6.1e-3 in 25."""
+    It is the preconditioner for soft first frames (the add-on's default): there the sweep's T takes frames 0
+    and 1 from their weak penalty rows alone and PCG stalls (docs/design/tuning.md: blocks_forcing).
+    ``options``: ``LinearSolveOptions`` (None: the defaults)."""
 
-    def __init__(self, op):
+    def __init__(self, op, options=None):
+        self.options = DEFAULTS.linear_solve if options is None else options
         self.op = op
         self._factor = None
         self._pattern = None
@@ -378,12 +370,13 @@ class BlockPreconditioner:
 
     def damp(self, damping, metric):
         """Precondition H + ``damping`` D, D the damping ``metric`` (block-diagonal in time, like H's blocks):
-        refactorize the blocks with it where it changes their diagonal by more than DAMPED_REFACTOR times
-        (either way) from the one factorized; else keep the factor."""
+        refactorize the blocks with it where it changes their diagonal by more than ``damped_refactor`` times
+        (either way) from the one factorized; else keep the factor: PCG's iterations grow with a damping the
+        blocks do not hold."""
         diagonal = metric.diagonal()
         held = self._diagonal + (0.0 if self._metric is None else self._damping * self._metric.diagonal())
         wanted = self._diagonal + damping * diagonal
-        if np.max(np.maximum(held / wanted, wanted / held)) > DAMPED_REFACTOR:
+        if np.max(np.maximum(held / wanted, wanted / held)) > self.options.damped_refactor:
             self._damping, self._metric = float(damping), metric
             self._factorize()
 
@@ -398,8 +391,7 @@ class BlockPreconditioner:
                 diagonal += np.tile((op.weight * op.coef[o]) ** 2, n)
                 continue
             # on the operator's pattern (the diagonal is in it): its values with the coefficients added and the
-            # rows scaled, without sparse sums or products with diagonals (the 32 x 32-quad square's blocks,
-            # alternated in one process: 14.1-14.7 s -> 10.0-10.8 s)
+            # rows scaled, without sparse sums or products with diagonals (faster than those)
             values = op.values[o].copy()
             values[:, op.diag_slots] += op.coef[o]
             values *= op.weight[op.pattern_rows]
@@ -430,8 +422,7 @@ class BlockPreconditioner:
         pattern = (H.indptr, H.indices)
         if self._pattern is None or not all(np.array_equal(x, y) for x, y in zip(pattern, self._pattern)):
             # supernodal, factored and solved on one BLAS thread (``StructuredBackend``): threaded, the small
-            # fronts' dgemv spun in sched_yield (the 32 x 32-quad square: 10 CPU minutes without finishing the
-            # first direction); square16's factor 0.69 s of CPU against the simplicial one's 0.96 s
+            # fronts' dgemv spins in sched_yield; supernodal is faster than simplicial here
             self._factor = cholmod.analyze(H, mode="supernodal", ordering_method="amd")
             self._pattern = pattern
         self._factor.cholesky_inplace(H)
@@ -484,7 +475,16 @@ def pcg(apply_a, b, apply_m, rtol, max_iters, eta=None, pace=None, x0=None):
 
 
 PRECONDITIONERS = {"sweep": SweepPreconditioner, "blocks": BlockPreconditioner}
-FORCING = {"sweep": (0.1, 60), "blocks": (1e-3, 400)}   # each preconditioner's default (forcing, max_cg)
+
+
+def forcing_and_cap(name, options=None):
+    """(forcing, max_cg): the preconditioner ``name``'s default PCG forcing and iteration cap from
+    ``options`` (``LinearSolveOptions``; None: the defaults): the sweep leaves most of the coupling to the
+    Krylov iteration and solves loosely, the frame blocks converge in few iterations and solve tightly."""
+    options = DEFAULTS.linear_solve if options is None else options
+    if name == "sweep":
+        return options.sweep_forcing, options.sweep_max_cg
+    return options.blocks_forcing, options.blocks_max_cg
 
 
 def choose_preconditioner(prob, name="auto"):
@@ -497,42 +497,52 @@ def choose_preconditioner(prob, name="auto"):
 
 class StructuredBackend:
     """Problem-aware Gauss–Newton solve: PCG on J^T B J (+ damping) with the sweep or the frame-block
-    preconditioner (``choose_preconditioner``), each with its own default forcing and cap (FORCING).
+    preconditioner (``choose_preconditioner``), each with its own default forcing and cap (``forcing_and_cap``).
 
     Inexact Gauss–Newton: the relative PCG residual is min(forcing, |g| / |g_0|) (Eisenstat–Walker-like),
-    at least ``rtol_min``, and the model-decrease test of ``pcg`` with eta = forcing, with at most ``max_cg`` iterations while it is ``forcing`` and 10 ``max_cg``
-    after. ``inexact`` says whether the last solve stopped at its cap (``truncated``) or short of ``rtol_min``;
-    ``tighten()`` (called by Gauss–Newton when an inexact direction makes no progress) divides the
-    forcing by 10 and multiplies the cap by 4, up to ``max_tighten`` times. ``cg_iterations`` lists
-    the PCG iterations of every solve.
+    at least ``rtol_min``, and the model-decrease test of ``pcg`` with eta = forcing, with at most ``max_cg``
+    iterations while it is ``forcing`` and 10 ``max_cg`` after. ``inexact`` says whether the last solve stopped
+    at its cap (``truncated``) or short of ``rtol_min``; ``tighten()`` (called by Gauss–Newton when an inexact
+    direction makes no progress) divides the forcing by 10 and multiplies the cap by 4, up to ``max_tighten``
+    times. ``cg_iterations`` lists the PCG iterations of every solve.
+
+    Parameters
+    ----------
+    forcing, rtol_min, max_cg, max_tighten : optional
+        Override the values ``bind`` reads from ``options.linear_solve`` (None: those; the forcing and the cap
+        are the chosen preconditioner's, ``forcing_and_cap``). Tests ask for an exact solve this way.
+    preconditioner : str, optional
+        "auto" (``choose_preconditioner``), "sweep" or "blocks".
     """
 
     name = "structured"
 
-    # forcing 0.1 (measured with the stabilized sweep, paper-size scenes, time to CHOLMOD's loss after 4
-    # steps): swinging cloth 14.1 s vs 21.5 s at 0.3, flag 9.6 vs 11.4 s, doughnut 6.3 vs 6.4 s
-    # with the frame blocks (16 x 16-quad square, 50 frames, 8 Gauss–Newton steps from its cache, CPU seconds):
-    # forcing 0.1 (cap 60) loss 194,343 -> 463 after 9 steps; 0.01 (cap 200) 7.7 in 78 s; 0.001 (cap 400) 3.6
-    # in 106 s with 64-112 PCG iterations per direction, CHOLMOD's iterates (3.3 after 9 steps)
-    def __init__(self, forcing=None, rtol_min=1e-10, max_cg=None, max_tighten=2, preconditioner="auto"):
+    def __init__(self, forcing=None, rtol_min=None, max_cg=None, max_tighten=None, preconditioner="auto"):
         if preconditioner not in ("auto", *PRECONDITIONERS):
             raise ValueError(f"unknown preconditioner {preconditioner!r}; choose from {sorted(PRECONDITIONERS)}")
-        self._forcing, self.rtol_min, self._max_cg, self.max_tighten = forcing, rtol_min, max_cg, max_tighten
+        self._forcing, self._rtol_min, self._max_cg, self._max_tighten = forcing, rtol_min, max_cg, max_tighten
         self.preconditioner_name = preconditioner
         self.op = None
 
-    def bind(self, prob):
-        """Set up the operator and preconditioner for a LoopProblem (ValueError if it does not apply)."""
+    def bind(self, prob, options=None):
+        """Set up the operator and preconditioner for a LoopProblem (ValueError if it does not apply), with the
+        tuning values ``options`` (None: ``DEFAULTS``; ``options.linear_solve`` and the damping metric's
+        ``options.gauss_newton.smoothing``)."""
         reason = supports(prob)
         if reason is not None:
             raise ValueError(f"the structured solve does not apply: {reason}; use backend='cholmod'")
+        options = DEFAULTS if options is None else options
+        linear = options.linear_solve
+        self.smoothing = options.gauss_newton.smoothing
         name = choose_preconditioner(prob, self.preconditioner_name)
         self.op = LoopOperator(prob, sweep=name == "sweep")
-        self.metric = damping_metric(prob)
-        self.preconditioner = PRECONDITIONERS[name](self.op)
-        forcing, max_cg = FORCING[name]
+        self.metric = damping_metric(prob, smoothing=self.smoothing)
+        self.preconditioner = PRECONDITIONERS[name](self.op, linear)
+        forcing, max_cg = forcing_and_cap(name, linear)
         self.forcing = forcing if self._forcing is None else self._forcing
         self.max_cg = max_cg if self._max_cg is None else self._max_cg
+        self.rtol_min = linear.rtol_min if self._rtol_min is None else self._rtol_min
+        self.max_tighten = linear.max_tighten if self._max_tighten is None else self._max_tighten
         self.cg_iterations = []
         self.inexact = self.truncated = False
         self.tightened = 0
@@ -551,7 +561,7 @@ class StructuredBackend:
         """Gradient at q (n_steps, n, 3) with residual u; sets up the next ``direction`` solves."""
         op = self.op
         if op.prob.model.contact:
-            self.metric = damping_metric(op.prob, q)
+            self.metric = damping_metric(op.prob, q, self.smoothing)
         with recycled_heap():      # the force models' temporaries reuse their pages
             op.update(q)
         with single_threaded_blas():
@@ -567,9 +577,21 @@ class StructuredBackend:
         """Inexact solution d of (J^T B J + damping D) d = -g (with the penalty diagonal), D the damping metric
         (``residual.damping_metric``: block-diagonal in time, so the frame blocks hold it whole).
         PCG starts from the last solve of this linearization: after a rejected step, the last direction (another
-        damping), or the geodesic acceleration's solve when one came between. Without the acceleration the 16 x
-        16-quad square's first iteration (four rejected steps) took 109 + 1 + 1 + 16 + 51 PCG iterations against
-        109 + 109 + 109 + 107 + 84 from zero."""
+        damping), or the geodesic acceleration's solve when one came between; a nearby start saves most of the
+        iterations of the trials after the first.
+
+        Parameters
+        ----------
+        g : ndarray
+            The gradient on the free unknowns (``linearize``).
+        damping : float, optional
+            Levenberg–Marquardt's lambda.
+
+        Returns
+        -------
+        ndarray
+            The (inexact) step on the free unknowns; ``truncated`` and ``inexact`` describe its solve.
+        """
         op, damped = self.op, damping * self.metric
 
         def apply_a(x):

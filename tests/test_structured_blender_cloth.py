@@ -1,4 +1,6 @@
 """The structured solve on Blender cloth: linearized scheme, spring and angular damping, sub-steps."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -7,11 +9,15 @@ import solver_core as sc
 from derivatives import assembled_jacobians, quad_grid
 from solver_core import scheme
 from solver_core.models.blender_cloth import SWEEP_BENDING, BlenderAngularTerm, BlenderSpringTerm
-from solver_core.gauss_newton import AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY, GaussNewton, choose_backend
-from solver_core.linsolve import REUSE_CG_ITERS, make_backend
+from solver_core.gauss_newton import GaussNewton, choose_backend
+from solver_core.linsolve import make_backend
+from solver_core.options import DEFAULTS
 from solver_core.residual import ResidualJacobian, residual_steps
 from solver_core.structured_solve import (BlockPreconditioner, LoopOperator, StructuredBackend, choose_preconditioner,
                                           pcg, supports)
+
+AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY = DEFAULTS.linear_solve.auto_structured_min_unknowns_velocity
+REUSE_CG_ITERS = DEFAULTS.linear_solve.reuse_cg_iters
 
 
 def blender_cloth(n_frames=6, scheme="linearized", eps=(0.0, 0.0), quality=2, bending="ANGULAR", seed=0,
@@ -226,8 +232,8 @@ def test_factor_reuse_gives_the_direct_solves_iterates():
     runs = {}
     for reuse in (True, False):
         backend = make_backend("cholmod")
-        backend.reuse = reuse
-        gn = GaussNewton(prob, backend)
+        gn = GaussNewton(prob, backend, options=replace(DEFAULTS, linear_solve=replace(DEFAULTS.linear_solve,
+                                                                                         reuse=reuse)))
         runs[reuse] = (gn.run(q, max_iters=8, tol=0.0), backend)
     (fast, fb), (plain, pb) = runs[True], runs[False]
     assert fast.nit == plain.nit == 8
@@ -266,7 +272,7 @@ def test_frame_blocks_are_the_diagonal_blocks_of_the_gauss_newton_matrix():
 
 
 def test_frame_blocks_hold_a_large_damping():
-    """Levenberg–Marquardt damping far above the blocks' diagonal is factorized into them (DAMPED_REFACTOR):
+    """Levenberg–Marquardt damping far above the blocks' diagonal is factorized into them (``damped_refactor``):
     at lambda 1e6 PCG takes 4 iterations to 1e-6 where the undamped blocks took 1,210; a damping within that
     factor of the one held keeps the factor."""
     prob, q = frame_grid_cloth(quads=4, n_frames=12)
@@ -298,7 +304,7 @@ def test_frame_blocks_hold_a_large_damping():
 def test_soft_first_frames_take_the_frame_blocks_where_the_sweep_stalls():
     """Soft first frames on the frame grid: the sweep's T takes frames 0 and 1 from their weak penalty rows
     alone and does not reach a relative residual of 1e-3 in 500 PCG iterations; the frame blocks (what "auto"
-    picks with soft first frames, the sweep with hard ones) reach it in under 100 (55 measured)."""
+    picks with soft first frames, the sweep with hard ones) reach it in under 100."""
     prob, q = frame_grid_cloth()
     hard = sc.LoopProblem(prob.model, prob.n_frames, prob.dt, prob.r0, prob.r1, scheme=prob.scheme, pins=prob.pins)
     assert choose_preconditioner(prob) == "blocks" and choose_preconditioner(hard) == "sweep"
@@ -319,8 +325,8 @@ def test_cache_or_forward_race_shares_one_symbolic_analysis(monkeypatch):
     clip = prob.frames_of(steps)
     made = []
     monkeypatch.setattr(sc.clip_loop, "make_backend", lambda name: made.append(make_backend(name)) or made[-1])
-    monkeypatch.setattr(sc.clip_loop, "BEHIND", np.inf)   # the second run goes on to its end
-    res = sc.loop_clip(prob, clip, "cache_or_forward", max_iters=3, backend="cholmod")
+    options = replace(DEFAULTS, start=replace(DEFAULTS.start, behind=np.inf))   # the second run goes on to its end
+    res = sc.loop_clip(prob, clip, "cache_or_forward", max_iters=3, backend="cholmod", options=options)
     assert "started from the cache and from the solver's own simulation" in res.message
     assert len(made) == 1 and made[0].analyses == 1 and made[0].factorizations >= 1
     hard = sc.LoopProblem(prob.model, prob.n_frames, prob.dt, prob.r0, prob.r1, scheme=prob.scheme,
@@ -334,7 +340,7 @@ def test_factor_reuse_skips_far_dampings_of_its_own_linearization():
     """At the linearization of the last factorization, CG preconditioned by it is tried for a damping within
     REUSE_DAMPING_RATIO of the factorization's and not beyond (a fresh factorization at once); at the next
     linearization it is tried whatever the damping."""
-    from solver_core.linsolve import REUSE_DAMPING_RATIO
+    REUSE_DAMPING_RATIO = DEFAULTS.linear_solve.reuse_damping_ratio
     prob, q = blender_cloth(n_frames=8, forward=True)
     backend = make_backend("cholmod")
     backend.bind(prob)

@@ -2,6 +2,7 @@
 import copy
 import importlib
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from solver_core import gauss_newton, linsolve
 from solver_core.gauss_newton import GaussNewton
 from solver_core.models.contact import FloorContact
 from solver_core.models.external import Gravity, Wind
+from solver_core.options import DEFAULTS
 from solver_core.residual import residual_steps
 from solver_core.forward import simulate
 from solver_core.scenes import speed_problems
@@ -99,7 +101,8 @@ def test_auto_picks_structured_where_the_direct_factor_is_large_only():
     # 1,600 vertices over 20 frames: 95,520 free unknowns, ~1e9 nonzeros in a direct factor
     large = sc.LoopProblem(cloth.add(Gravity(cloth.mass)), 20, 0.01, rest, rest, scheme="backward",
                            pins=np.array([0, 39]))
-    assert gauss_newton.factor_nonzeros(large.free_mask().sum(), 20) > gauss_newton.AUTO_DIRECT_MAX_FACTOR_NONZEROS
+    linear = DEFAULTS.linear_solve
+    assert gauss_newton.factor_nonzeros(large.free_mask().sum(), 20) > linear.auto_direct_max_factor_nonzeros
     assert gauss_newton.choose_backend(large) == "structured"
     assert gauss_newton.choose_backend(large, "cholmod") == "cholmod"
     linearized = sc.LoopProblem(large.model, 20, 0.01, rest, rest, scheme="linearized", pins=large.pins)
@@ -114,13 +117,14 @@ class Overshooting(StructuredBackend):
 
 
 def test_failing_inexact_directions_tighten_then_auto_switches_to_direct(monkeypatch):
-    # in the inertia metric: from this random start on the floor the smoothing metric crawls 440 direct
-    # iterations to the tolerance (137 without; residual.damping_metric), and the switch is what is tested here
-    monkeypatch.setattr(importlib.import_module("solver_core.residual"), "SMOOTHING", 0.0)
+    # in the inertia metric: from this random start on the floor the smoothing metric crawls three times as many
+    # direct iterations to the tolerance (residual.damping_metric), and the switch is what is tested here;
+    # "auto" takes the structured solve at any size
+    options = replace(DEFAULTS, gauss_newton=replace(DEFAULTS.gauss_newton, smoothing=0.0),
+                      linear_solve=replace(DEFAULTS.linear_solve, auto_direct_max_factor_nonzeros=0))
     prob, q = small_cloth(n_frames=12, floor=True)
-    monkeypatch.setattr(gauss_newton, "AUTO_DIRECT_MAX_FACTOR_NONZEROS", 0)
     monkeypatch.setitem(linsolve.BACKENDS, "structured", lambda: Overshooting(max_tighten=1))
-    gn = GaussNewton(prob)
+    gn = GaussNewton(prob, options=options)
     assert gn.backend.name == "structured"
     gn.run(q, max_iters=300, tol=1e-10)
     assert gn.backend.name == "cholmod" and gn.switched is not None
@@ -128,7 +132,7 @@ def test_failing_inexact_directions_tighten_then_auto_switches_to_direct(monkeyp
     names = [h["backend"] for h in gn.history[1:]]
     assert names[0] == "structured" and names[-1] == "cholmod"
     # asked for by name, the structured solve tightens but never switches
-    strict = GaussNewton(prob, backend=Overshooting(max_tighten=1))
+    strict = GaussNewton(prob, backend=Overshooting(max_tighten=1), options=options)
     strict.run(q, max_iters=300, tol=1e-10)
     assert strict.backend.tightened == 1 and strict.switched is None
     assert {h["backend"] for h in strict.history[1:]} == {"structured"}
