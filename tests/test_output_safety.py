@@ -1,0 +1,227 @@
+"""Nothing overwritten, nothing injected (docs/output_safety.md): temporary files that no planted link or
+file can redirect, links and special files refused as outputs, modes kept, all-or-nothing renames that put
+back what they replaced, stale temporaries of ended writers cleaned (not those of live ones), the farm
+generators' output guard, and names quoted or refused at every boundary they cross. No bpy here: the bake's
+own cases are in test_output_safety_bake.py."""
+import json
+import re
+import os
+import shlex
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cyclic_loop_addon import batch as batch_file
+from cyclic_loop_addon import farm, files, openjd, web_page
+from cyclic_loop_addon.errors import LoopInputError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FARM_PY = os.path.join(ROOT, "cyclic_loop_addon", "farm.py")
+
+
+def _write(path, data=b"new", what="PC2 file"):
+    with files.atomic_path(str(path), what) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+
+
+def _dead_pid():
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+
+
+# ------------------------------------------------------------------------------------------------ temporary files
+
+
+def test_a_link_planted_at_a_temporary_name_is_not_followed(tmp_path):
+    """The old predictable names (<name>.partial-<pid>.<ext>) and any guess of the new ones lead nowhere:
+    the write lands only in the output, which stays a regular file."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious")
+    out = tmp_path / "loop.pc2"
+    for name in (f"loop.partial-{os.getpid()}.pc2", f"loop.pc2.partial-{os.getpid()}-guess"):
+        os.symlink(victim, tmp_path / name)
+    _write(out, b"loop data")
+    assert victim.read_bytes() == b"precious"
+    assert stat.S_ISREG(os.lstat(out).st_mode) and out.read_bytes() == b"loop data"
+
+
+@pytest.mark.parametrize("make, kind", [
+    (lambda p, t: os.symlink(t / "elsewhere.pc2", p), "a symbolic link"),
+    (lambda p, t: os.symlink("/dev/null", p), "a symbolic link"),
+    (lambda p, t: os.mkfifo(p), "a FIFO (named pipe)"),
+])
+def test_links_and_special_files_are_refused_as_outputs(tmp_path, make, kind):
+    out = tmp_path / "out.pc2"
+    (tmp_path / "elsewhere.pc2").write_bytes(b"other file")
+    make(str(out), tmp_path)
+    before = os.lstat(out)
+    with pytest.raises(LoopInputError, match=re.escape(f"is {kind}; outputs are written as regular files only")):
+        _write(out)
+    after = os.lstat(out)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert (tmp_path / "elsewhere.pc2").read_bytes() == b"other file"
+    assert sorted(os.listdir(tmp_path)) == ["elsewhere.pc2", "out.pc2"]       # no temporary left
+
+
+def test_a_device_is_refused_as_an_output():
+    with pytest.raises(LoopInputError, match="/dev/null is a device"):
+        files.check_writable("/dev/null", "--json")
+
+
+def test_a_link_planted_while_the_writer_runs_is_refused_not_replaced(tmp_path):
+    out, victim = tmp_path / "out.json", tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    with pytest.raises(LoopInputError, match="is a symbolic link"):
+        with files.atomic_path(str(out), "--json") as tmp, open(tmp, "w") as f:
+            f.write("{}")
+            os.symlink(victim, out)
+    assert os.path.islink(out) and victim.read_bytes() == b"precious"
+    assert sorted(os.listdir(tmp_path)) == ["out.json", "victim"]
+
+
+def test_the_mode_of_a_replaced_file_is_kept(tmp_path):
+    out = tmp_path / "loop.pc2"
+    out.write_bytes(b"old")
+    os.chmod(out, 0o640)
+    _write(out)
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o640 and out.read_bytes() == b"new"
+    old = os.umask(0o022)
+    try:
+        _write(tmp_path / "fresh.pc2")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "fresh.pc2").st_mode) == 0o644
+
+
+def test_the_solver_result_is_written_safely(tmp_path):
+    """solver_core.io: an unpredictable temporary name, the replaced file's mode, links refused."""
+    from solver_core import io
+    out, victim = tmp_path / "r.npz", tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    os.symlink(victim, tmp_path / f"r.npz.partial-{os.getpid()}.npz")
+    out.write_bytes(b"old")
+    os.chmod(out, 0o600)
+    io._write_npz(str(out), {"a": np.arange(3)})
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600 and np.load(out)["a"].tolist() == [0, 1, 2]
+    assert victim.read_bytes() == b"precious"
+    os.symlink(victim, tmp_path / "link.npz")
+    with pytest.raises(ValueError, match="is a link or a special file"):
+        io._write_npz(str(tmp_path / "link.npz"), {"a": np.arange(3)})
+    assert victim.read_bytes() == b"precious"
+
+
+def test_two_outputs_of_one_run_never_share_a_temporary_name(tmp_path):
+    seen = []
+    with files.all_or_nothing():
+        for name in ("a.png", "b.png"):
+            with files.atomic_path(str(tmp_path / name), "image") as tmp, open(tmp, "wb") as f:
+                f.write(name.encode())
+                seen.append(tmp)
+    assert seen[0] != seen[1] and all(not os.path.exists(t) for t in seen)
+    assert (tmp_path / "a.png").read_bytes() == b"a.png" and (tmp_path / "b.png").read_bytes() == b"b.png"
+
+
+def test_two_outputs_naming_one_file_leave_the_earlier_file_as_it_was(tmp_path):
+    """--vat vat --glb vat/Flag_mesh.glb: both write Flag_mesh.glb; the run is refused, the earlier set kept."""
+    earlier = {name: f"earlier {name}".encode() for name in ("Flag_pos.png", "Flag.json", "Flag_mesh.glb")}
+    for name, data in earlier.items():
+        (tmp_path / name).write_bytes(data)
+    with pytest.raises(LoopInputError, match="two outputs of this run name the same file"):
+        with files.all_or_nothing([str(tmp_path)]):
+            for name in ("Flag_pos.png", "Flag.json", "Flag_mesh.glb", "Flag_mesh.glb"):
+                _write(tmp_path / name, b"this run")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
+
+
+def test_a_rename_that_fails_puts_back_the_files_renamed_before_it(tmp_path):
+    outputs = [tmp_path / n for n in ("a.pc2", "b.pc2", "c.pc2")]
+    for path in outputs[:2]:
+        path.write_bytes(b"earlier " + path.name.encode())
+    inodes = [os.stat(p).st_ino for p in outputs[:2]]
+    with pytest.raises(LoopInputError, match="is a folder"):
+        with files.all_or_nothing([str(p) for p in outputs]):
+            for path in outputs:
+                _write(path, b"this run")
+            outputs[2].mkdir()                       # the last rename cannot happen
+    assert [p.read_bytes() for p in outputs[:2]] == [b"earlier a.pc2", b"earlier b.pc2"]
+    assert [os.stat(p).st_ino for p in outputs[:2]] == inodes
+    assert sorted(os.listdir(tmp_path)) == ["a.pc2", "b.pc2"]         # the folder the block saw made goes too
+
+
+# ------------------------------------------------------------------------------------------------ stale temporaries
+
+
+HOLD = """import fcntl, os, sys
+folder = sys.argv[1]
+os.mkdir(folder)
+fd = os.open(folder, os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_stale_temporaries_of_ended_writers_are_removed_live_ones_kept(tmp_path):
+    """A killed writer's files go on the next write into the folder; a live writer's folder stays, also
+    one of another PID namespace (its pid means nothing here, its lock does); a user's file stays."""
+    dead = _dead_pid()
+    stale = [tmp_path / f"loop.pc2.partial-{dead}-k3x_9q", tmp_path / f"loop.partial-{dead}.pc2",
+             tmp_path / f"loop.blend.partial-{dead}-0abc"]
+    stale[0].mkdir()
+    (stale[0] / "loop.pc2").write_bytes(b"half")
+    stale[1].write_bytes(b"half")
+    stale[2].write_bytes(b"half")
+    keep = [tmp_path / "notes.partial-2024.txt", tmp_path / f"loop.glb.partial-{os.getpid()}-live"]
+    keep[0].write_text("mine")
+    keep[1].mkdir()
+    other_namespace = tmp_path / f"loop.abc.partial-{dead}-other"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(other_namespace)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        _write(tmp_path / "loop.pc2")
+        assert all(not os.path.lexists(p) for p in stale)
+        assert all(p.exists() for p in keep) and other_namespace.is_dir()
+    finally:
+        holder.communicate("")
+    assert files.clean_stale_partials(str(tmp_path)) == [str(other_namespace)]     # its writer has ended
+
+
+KILLED = """import os, signal, sys
+sys.path.insert(0, {root!r})
+from cyclic_loop_addon import files
+with files.all_or_nothing([{out!r}]):
+    for name in ("loop.pc2", "loop.json"):
+        with files.atomic_path(os.path.join({folder!r}, name), name) as tmp, open(tmp, "w") as f:
+            f.write("half")
+    print("written", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_killed_bake_leaves_nothing_after_the_next_run(tmp_path):
+    out = tmp_path / "loop.pc2"
+    script = KILLED.format(root=ROOT, out=str(out), folder=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "written"
+    proc.kill()
+    proc.wait()
+    assert len(os.listdir(tmp_path)) == 2                      # its two private folders, waiting to be renamed
+    _write(out, b"next run")
+    assert os.listdir(tmp_path) == ["loop.pc2"] and out.read_bytes() == b"next run"
+
+
+def test_another_namespaces_live_staging_folder_is_kept(tmp_path):
+    dead = _dead_pid()
+    live = tmp_path / f"{files.TEMP_PREFIX}{dead}_other"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(live)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        assert files.clean_stale_temp(str(tmp_path)) == [] and live.is_dir()
+    finally:
+        holder.communicate("")
+    assert files.clean_stale_temp(str(tmp_path)) == [str(live)]
