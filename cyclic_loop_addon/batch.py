@@ -128,7 +128,8 @@ class Batch:
             for variant in scene.variants:
                 for group in scene.objects:
                     obj = ",".join(group)
-                    name = task_name(scene.stem, "+".join(group), variant)
+                    # "+" joins the bodies; a comma inside a name becomes "_", as in the Flamenco job type
+                    name = task_name(scene.stem, "+".join(n.replace(",", "_") for n in group), variant)
                     if name in names:
                         raise BatchError(f"two tasks are named {name}: give the scenes or objects distinct names")
                     names.add(name)

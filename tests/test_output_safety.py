@@ -225,3 +225,190 @@ def test_another_namespaces_live_staging_folder_is_kept(tmp_path):
     finally:
         holder.communicate("")
     assert files.clean_stale_temp(str(tmp_path)) == [str(live)]
+
+
+# ------------------------------------------------------------------------------------------------ the farm tools
+
+
+BATCH = """
+[batch]
+name = "props"
+output_dir = "out"
+outputs = ["pc2"]
+blender = "/opt/blender/blender"
+
+[[scene]]
+file = "props.blend"
+objects = OBJECTS
+frames = [10, 40]
+"""
+
+
+def _batch(tmp_path, objects='["Flag"]', text=BATCH):
+    (tmp_path / "props.blend").write_bytes(b"BLENDER")
+    path = tmp_path / "batch.toml"
+    path.write_text(text.replace("OBJECTS", objects))
+    return path
+
+
+def _farm(*args):
+    return subprocess.run([sys.executable, FARM_PY, *map(str, args)], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("target, message", [
+    ("batch.toml", "is the batch file"),
+    ("props.blend", "is a scene of the batch"),
+    ("out/props-Flag-default.pc2", "is an output of task props-Flag-default"),
+    ("old.json", "exists: pass --overwrite"),
+    ("link.json", "is a symbolic link"),
+    ("missing/t.json", "folder {tmp}/missing does not exist"),
+    ("sub", "is a folder"),
+])
+def test_the_template_path_is_guarded(tmp_path, target, message):
+    """farm.py openjd -o: never the scene, the batch file, an output, a link, an existing file (without
+    --overwrite); a missing folder is a message, not a traceback. Nothing changes on disk."""
+    batch = _batch(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "props-Flag-default.pc2").write_bytes(b"earlier loop")
+    (tmp_path / "old.json").write_text("{}")
+    (tmp_path / "sub").mkdir()
+    os.symlink(tmp_path / "props.blend", tmp_path / "link.json")
+    before = {p: (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")}
+    proc = _farm("openjd", batch, "-o", tmp_path / target)
+    assert proc.returncode == 2 and message.format(tmp=tmp_path) in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert {p: (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")} == before
+
+
+def test_overwrite_replaces_an_earlier_template(tmp_path, monkeypatch, capsys):
+    batch = _batch(tmp_path)
+    out = tmp_path / "t.json"
+    out.write_text("earlier")
+    os.chmod(out, 0o640)
+    sizes = dict(vertices=70, substeps=4, physics_substeps=4, scheme="linearized", velocity_terms=True, frames=[10, 40])
+    monkeypatch.setattr(openjd, "probe", lambda blender, scene, specs: {"objects": {s: sizes for s in specs}})
+    assert farm.main(["openjd", str(batch), "-o", str(out)]) == 2 and out.read_text() == "earlier"
+    assert farm.main(["openjd", str(batch), "-o", str(out), "--overwrite"]) == 0
+    template = json.loads(out.read_text())
+    assert "--object={{Task.Param.Object}}" in template["steps"][0]["script"]["actions"]["onRun"]["args"]
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o640
+    assert sorted(os.listdir(tmp_path)) == ["batch.toml", "props.blend", "t.json"]
+
+
+@pytest.mark.parametrize("objects", ['["{{Param.BlenderExe}}"]', '["Flag}}"]', '[["Sun", "A,B"]]'])
+def test_openjd_refuses_names_it_would_expand_or_split(tmp_path, objects):
+    proc = _farm("openjd", _batch(tmp_path, objects), "-o", tmp_path / "t.json")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "OpenJD expands" in proc.stderr or "cannot be one OpenJD task parameter" in proc.stderr
+    assert not (tmp_path / "t.json").exists()
+
+
+HOSTILE = ["Banner 2", "it's", 'say "hi"', "$(touch pwned)", "a;b", "`id`", "Flag,with,commas", "-b", "--overwrite"]
+
+
+def test_list_bare_prints_one_shell_quoted_line_per_task(tmp_path):
+    objects = json.dumps([[name] for name in HOSTILE])
+    batch = _batch(tmp_path, objects)
+    proc = _farm("list", "--bare", batch)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    tasks = batch_file.load(batch).tasks()
+    assert len(lines) == len(HOSTILE) == len(tasks)
+    assert [shlex.split(line) for line in lines] == [farm.command(t, "/opt/blender/blender") for t in tasks]
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("name", ["Flag\nrm -rf ~", "Flag\r", "Flag\x1b[2J"])
+def test_list_refuses_a_name_that_would_break_the_line(tmp_path, name):
+    proc = _farm("list", "--bare", _batch(tmp_path, json.dumps([name])))
+    assert proc.returncode == 2 and "line break or another control character" in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+
+
+def test_option_like_and_comma_names_are_passed_as_values(tmp_path):
+    """A name starting with "-" goes as --object=NAME; a comma in a name is a one-name list in the batch
+    file; an N-body group with such a name passes one --object=NAME per name."""
+    batch = batch_file.load(_batch(tmp_path, '["-b", ["Flag,with,commas"], ["Sun", "Planet"], "Earth,Moon", '
+                                               '["Moon", "A,B"]]'))
+    tasks = batch.tasks()
+    assert [t.names for t in tasks] == [("-b",), ("Flag,with,commas",), ("Sun", "Planet"), ("Earth", "Moon"),
+                                        ("Moon", "A,B")]
+    assert [t.bake_args()[:2] for t in tasks] == [
+        ["--object=-b", "--frames"], ["--object", "Flag,with,commas"], ["--object", "Sun,Planet"],
+        ["--object", "Earth,Moon"], ["--object=Moon", "--object=A,B"]]
+    assert [t.name for t in tasks] == ["props--b-default", "props-Flag_with_commas-default", "props-Sun+Planet-default",
+                                       "props-Earth+Moon-default", "props-Moon+A_B-default"]
+    assert batch_file.option("--pin-group", "-pins") == ["--pin-group=-pins"]
+
+
+def test_two_spellings_of_one_group_are_one_task(tmp_path):
+    with pytest.raises(batch_file.BatchError, match="two tasks are named props-Sun\\+Planet-default"):
+        batch_file.load(_batch(tmp_path, '[["Sun", "Planet"], "Sun,Planet"]'))
+
+
+@pytest.mark.parametrize("text, message", [
+    (BATCH.replace("[batch]", "batch = 3\n[x]"), "[batch] should be a table"),
+    ("variants = 3\n" + BATCH, "[variants.NAME] tables expected"),
+    (BATCH + "\n[variants]\ndraft = 1\n", "variants.draft should be a table"),
+    ('scene = "props.blend"\n' + BATCH.split("[[scene]]")[0], "scene should be [[scene]] tables"),
+    (BATCH.replace("frames = [10, 40]", "frames = [10, 40]\nvariants = [1]"), "variants should be a list of"),
+    (BATCH.replace('outputs = ["pc2"]', 'outputs = [["pc2"]]'), "outputs should be some of"),
+    (BATCH.replace("OBJECTS", '[3]'), "objects should be a list of object names"),
+    (BATCH.replace("OBJECTS", '[[]]'), "objects should be a list of object names"),
+])
+def test_wrong_toml_types_are_messages(tmp_path, text, message):
+    proc = _farm("list", _batch(tmp_path, text=text))
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_batch_path_that_is_a_folder_and_an_output_dir_that_is_a_file_are_messages(tmp_path):
+    proc = _farm("list", tmp_path)
+    assert proc.returncode == 2 and "is a folder; give the .toml file" in proc.stderr, proc.stderr
+    batch = _batch(tmp_path)
+    (tmp_path / "out").write_text("a file")
+    proc = _farm("run", batch)
+    assert proc.returncode == 2 and "output_dir" in proc.stderr and "is a file" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and (tmp_path / "out").read_text() == "a file"
+
+
+# ------------------------------------------------------------------------------------------------ the web page
+
+
+def _page_parts(page):
+    """(title text, the loop-data script's text) as a browser's HTML parser splits the page."""
+    from html.parser import HTMLParser
+
+    class Parts(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.where, self.title, self.scripts = None, "", []
+
+        def handle_starttag(self, tag, attrs):
+            self.where = tag
+            if tag == "script":
+                self.scripts.append((dict(attrs).get("id"), ""))
+
+        def handle_endtag(self, tag):
+            self.where = None
+
+        def handle_data(self, data):
+            if self.where == "title":
+                self.title += data
+            elif self.where == "script":
+                self.scripts[-1] = (self.scripts[-1][0], self.scripts[-1][1] + data)
+
+    parts = Parts()
+    parts.feed(page)
+    return parts.title, dict(parts.scripts)["loop-data"]
+
+
+@pytest.mark.parametrize("name", ["<!--<script>", "</script><script>alert(1)</script>", "__DATA__", "__TITLE__",
+                                  "a & b <b>"])
+def test_the_web_page_keeps_hostile_names_as_text(name):
+    data = {"name": name, "frames": 3}
+    page = web_page.render(json.dumps({"imports": {}}), json.dumps(data), name)
+    title, script = _page_parts(page)
+    assert title == f"Cyclic Loop: {name}"
+    assert json.loads(script) == data
+    assert "<!--" not in script and "</" not in script and page.count("<script") == 3
+
