@@ -1,0 +1,100 @@
+"""Nothing overwritten, nothing injected, with the real bake (bpy wheel, no mocks; docs/output_safety.md):
+two outputs of one run naming one file leave the earlier VAT set as it was, links and special files are
+refused before any work, a replaced output keeps its mode, a preview is PNG by name, and the farm's
+option-like names reach bake.py as values."""
+import hashlib
+import os
+import stat
+
+import pytest
+
+from blender_helpers import open_sample
+
+from cyclic_loop_addon import bake  # noqa: E402  (after bpy)
+from cyclic_loop_addon import batch as batch_file  # noqa: E402
+
+QUICK = ["--object", "Flag", "--frames", "49", "60", "--init", "cache", "--iterations", "1", "--substeps", "1"]
+
+
+def _bake(argv, capsys):
+    """bake.main in this process: (status, stderr); stdout is kept in ``_bake.out``."""
+    status = bake.main(["bake.py", *argv])
+    captured = capsys.readouterr()
+    _bake.out = captured.out
+    return status, captured.err
+
+
+def _tree(folder):
+    """{relative path: sha256 or "<folder>" / "<link>" / "<fifo>"} of everything under ``folder``."""
+    found = {}
+    for root, dirs, names in os.walk(folder):
+        for name in dirs + names:
+            path = os.path.join(root, name)
+            mode = os.lstat(path).st_mode
+            kind = ("<link>" if stat.S_ISLNK(mode) else "<folder>" if stat.S_ISDIR(mode) else
+                    "<fifo>" if stat.S_ISFIFO(mode) else None)
+            if kind is None:
+                with open(path, "rb") as f:
+                    kind = hashlib.sha256(f.read()).hexdigest()
+            found[os.path.relpath(path, folder)] = kind
+    return found
+
+
+def test_two_outputs_naming_one_file_leave_the_earlier_vat_set_intact(tmp_path, capsys):
+    """--vat vat --glb vat/Flag_mesh.glb over a complete earlier set: refused (exit 2), the set as it was;
+    on a fresh folder: nothing left behind."""
+    path = open_sample("flag", tmp_path)
+    vat = tmp_path / "vat"
+    status, err = _bake([path, "--", *QUICK, "--vat", str(vat)], capsys)
+    assert status == 0, err
+    earlier = _tree(tmp_path)
+    status, err = _bake([path, "--", *QUICK, "--vat", str(vat), "--glb", str(vat / "Flag_mesh.glb")], capsys)
+    assert status == 2 and "two outputs of this run name the same file" in err, err
+    assert _tree(tmp_path) == earlier
+    fresh = tmp_path / "fresh"
+    status, err = _bake([path, "--", *QUICK, "--vat", str(fresh), "--glb", str(fresh / "Flag_mesh.glb")], capsys)
+    assert status == 2 and not fresh.exists() and _tree(tmp_path) == earlier, err
+
+
+@pytest.mark.parametrize("option, make, message", [
+    ("--json", lambda p, t: os.mkfifo(p), "is a FIFO (named pipe)"),
+    ("--pc2", lambda p, t: os.symlink(t / "victim.pc2", p), "is a symbolic link"),
+    ("--output", lambda p, t: os.symlink(t / "flag.blend", p), "is a symbolic link"),
+    ("--preview", None, "the seam picture is written as PNG; give a file name ending in .png"),
+])
+def test_links_special_files_and_wrong_formats_are_refused_before_any_work(tmp_path, capsys, option, make, message):
+    path = open_sample("flag", tmp_path)
+    (tmp_path / "victim.pc2").write_bytes(b"another file")
+    target = tmp_path / ("x.jpg" if make is None else f"out{option.replace('--', '.')}")
+    if make is not None:
+        make(str(target), tmp_path)
+    before = _tree(tmp_path)
+    also = [] if option == "--pc2" else ["--pc2", str(tmp_path / "loop.pc2")]
+    status, err = _bake([path, "--", *QUICK, option, str(target), *also], capsys)
+    assert status == 2 and message in err and "Traceback" not in err, err
+    assert "solving" not in _bake.out
+    assert _tree(tmp_path) == before
+
+
+def test_a_replaced_output_keeps_its_mode(tmp_path, capsys):
+    path = open_sample("flag", tmp_path)
+    out, report = tmp_path / "loop.pc2", tmp_path / "loop.json"
+    for file, mode in ((out, 0o600), (report, 0o640)):
+        file.write_bytes(b"earlier")
+        os.chmod(file, mode)
+    status, err = _bake([path, "--", *QUICK, "--pc2", str(out), "--json", str(report)], capsys)
+    assert status == 0, err
+    assert [stat.S_IMODE(os.stat(p).st_mode) for p in (out, report)] == [0o600, 0o640]
+    assert out.read_bytes() != b"earlier"
+    assert sorted(os.listdir(tmp_path)) == ["flag.blend", "loop.json", "loop.pc2"]
+
+
+@pytest.mark.parametrize("name", ["-b", "--overwrite", "--json=/tmp/x"])
+def test_option_like_names_of_a_farm_task_reach_bake_py_as_names(tmp_path, name):
+    (tmp_path / "s.blend").write_bytes(b"BLENDER")
+    (tmp_path / "b.toml").write_text(f'[batch]\noutputs = ["pc2"]\n[[scene]]\nfile = "s.blend"\nobjects = [{name!r}]\n'
+                                     .replace("'", '"'))
+    task = batch_file.load(tmp_path / "b.toml").tasks()[0]
+    args = bake.parse_args(["bake.py", task.scene, "--", *task.bake_args()])
+    assert args.object == [name] and not args.overwrite
+    assert args.json == task.report and args.pc2 == task.outputs["pc2"]
