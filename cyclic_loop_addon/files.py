@@ -366,9 +366,11 @@ def all_or_nothing(outputs=(), report=None, keep=None):
     """Outputs written inside the block appear together when it ends without error; else none of them.
 
     On an exception the files of ``outputs`` that the block created or replaced (by any writer) are
-    removed, and then the (older) ``report``; a folder output (textures) the block made is removed once the
-    files waiting in it are, one that existed is left; ``keep`` (the input .blend) never is. Files that did not
-    change are left alone, so bad input found before writing anything leaves every file as it was. A
+    removed, and then the (older) ``report``, which no longer matches them; a folder output (textures) the
+    block made is removed once the files waiting in it are, one that existed is left; ``keep`` (the input
+    .blend) never is. Files that did not change are left alone (the report too, when no file was removed), so
+    bad input found before writing anything, or a run cancelled before its renames, leaves every file as it
+    was. A
     farm cancelling the task with SIGTERM gets the same clean-up (exit status 128 + 15) when this runs on
     the main thread."""
     paths = [p for p in outputs if not keep or os.path.abspath(p) != os.path.abspath(keep)]
@@ -388,7 +390,7 @@ def all_or_nothing(outputs=(), report=None, keep=None):
         made_folders = [p for p in changed if os.path.isdir(p) and before[p] is None]
         for p in removed:
             os.remove(p)
-        if (removed or made_folders) and report and os.path.isfile(report):
+        if removed and report and os.path.isfile(report):     # a folder made and removed again changed nothing
             os.remove(report)
         raise
     finally:

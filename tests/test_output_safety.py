@@ -412,3 +412,25 @@ def test_the_web_page_keeps_hostile_names_as_text(name):
     assert json.loads(script) == data
     assert "<!--" not in script and "</" not in script and page.count("<script") == 3
 
+
+
+CANCELLED = """import os, signal, sys
+sys.path.insert(0, {root!r})
+from cyclic_loop_addon.files import all_or_nothing
+with all_or_nothing([{vat!r}, {pc2!r}], {report!r}):
+    os.mkdir({vat!r})                      # the VAT export makes its folder first
+    os.kill(os.getpid(), signal.SIGTERM)
+    signal.pause()
+"""
+
+
+def test_a_cancelled_run_keeps_the_previous_report(tmp_path):
+    """SIGTERM before any output is renamed: the folder the run made goes, the earlier report and
+    outputs stay as they were (they still match)."""
+    vat, pc2, report = tmp_path / "vat", tmp_path / "loop.pc2", tmp_path / "loop.json"
+    pc2.write_bytes(b"earlier loop")
+    report.write_text('{"earlier": true}')
+    script = CANCELLED.format(root=ROOT, vat=str(vat), pc2=str(pc2), report=str(report))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 + 15, proc.stderr
+    assert not vat.exists() and pc2.read_bytes() == b"earlier loop" and report.read_text() == '{"earlier": true}'
