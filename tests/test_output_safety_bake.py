@@ -1,17 +1,20 @@
 """Nothing overwritten, nothing injected, with the real bake (bpy wheel, no mocks; docs/output_safety.md):
 two outputs of one run naming one file leave the earlier VAT set as it was, links and special files are
-refused before any work, a replaced output keeps its mode, a preview is PNG by name, and the farm's
-option-like names reach bake.py as values."""
+refused before any work, a replaced output keeps its mode, a preview is PNG by name, the farm's
+option-like names reach bake.py as values, and the loop plays exactly over the artist's own shape keys."""
 import hashlib
 import os
 import stat
 
+import bpy
+import numpy as np
 import pytest
 
-from blender_helpers import open_sample
+from blender_helpers import evaluated_local, open_sample, settings
 
-from cyclic_loop_addon import bake  # noqa: E402  (after bpy)
+from cyclic_loop_addon import bake, scene_io, writeback  # noqa: E402  (after bpy)
 from cyclic_loop_addon import batch as batch_file  # noqa: E402
+from cyclic_loop_addon.solver import sc  # noqa: E402
 
 QUICK = ["--object", "Flag", "--frames", "49", "60", "--init", "cache", "--iterations", "1", "--substeps", "1"]
 
@@ -98,3 +101,41 @@ def test_option_like_names_of_a_farm_task_reach_bake_py_as_names(tmp_path, name)
     args = bake.parse_args(["bake.py", task.scene, "--", *task.bake_args()])
     assert args.object == [name] and not args.overwrite
     assert args.json == task.report and args.pc2 == task.outputs["pc2"]
+
+
+def _user_key(obj, name, dz, value, relative_to=None, mute=False):
+    kb = obj.shape_key_add(name=name, from_mix=False)
+    co = np.empty(len(kb.data) * 3)
+    kb.data.foreach_get("co", co)
+    co = co.reshape(-1, 3)
+    co[:, 2] += dz
+    kb.data.foreach_set("co", co.ravel())
+    kb.value, kb.mute = value, mute
+    if relative_to:
+        kb.relative_key = obj.data.shape_keys.key_blocks[relative_to]
+    return kb
+
+
+def test_the_loop_plays_exactly_over_the_artists_own_shape_keys():
+    """An active key at 0.5, a muted one and one relative to another key: the written keys evaluate to the
+    solved loop; restoring the scene gives the artist's keys back as they were."""
+    open_sample("flag")
+    obj = bpy.data.objects["Flag"]
+    obj.shape_key_add(name="Basis", from_mix=False)
+    _user_key(obj, "Wave", 0.05, 0.5)
+    _user_key(obj, "Off", 0.2, 1.0, mute=True)
+    _user_key(obj, "OnTop", 0.03, 0.7, relative_to="Wave")
+    obj.show_only_shape_key = True
+    states = {kb.name: (kb.value, kb.mute, kb.relative_key.name) for kb in obj.data.shape_keys.key_blocks}
+    g = scene_io.gather(settings("flag"))
+    q = sc.crossfade_loop(g.source)
+    local = writeback.local_loop(g, q)
+    writeback.write_back(g, q)
+    for j in (0, 3, g.n_frames - 1):
+        np.testing.assert_allclose(evaluated_local(obj, g.frame_start + j), local[j], atol=1e-5)
+    with writeback.showing_source([obj]):
+        assert not obj.data.shape_keys.key_blocks["Wave"].mute and obj.show_only_shape_key
+    assert obj.data.shape_keys.key_blocks["Wave"].mute and not obj.show_only_shape_key
+    writeback.remove_loop(obj)
+    assert {kb.name: (kb.value, kb.mute, kb.relative_key.name) for kb in obj.data.shape_keys.key_blocks} == states
+    assert obj.show_only_shape_key
