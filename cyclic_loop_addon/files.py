@@ -2,7 +2,8 @@
 
 ``atomic_path`` yields a temporary name inside a private folder (mode 0700, unpredictable name, made with
 O_EXCL by ``tempfile.mkdtemp``) next to the target, so no planted file or link can redirect the write and
-two outputs of one run never share a temporary name. When the block ends the file is flushed to disk,
+two outputs of one run never share a temporary name; a .blend, whose relative paths Blender remaps to the
+folder it is saved in, gets a new unpredictable file beside the target instead (``tempfile.mkstemp``). When the block ends the file is flushed to disk,
 checked (not empty, and for .blend / .abc its header and end verified), given the mode of the file it
 replaces and renamed into place; only a regular file or a new name is replaced: a link, device, FIFO,
 socket or folder given as an output is refused (``check_writable``). A failed write (disk full, I/O
@@ -11,8 +12,8 @@ previous file at the path is kept. Files whose writer aborts the whole process o
 Alembic exporter) are written first into this process's own temporary folder, checked for free space,
 then copied into place the same way. Inside ``all_or_nothing()`` the renames wait until the block
 succeeds, and a rename that fails puts back the files renamed before it, so a run leaves all its outputs
-complete or every earlier file as it was. Each private folder is locked (flock) while its process lives;
-the next write into that folder removes those of ended processes (``clean_stale_partials``). No bpy here.
+complete or every earlier file as it was. Each private folder or file is locked (flock) while its process
+lives; the next write into that folder removes those of ended processes (``clean_stale_partials``). No bpy here.
 """
 import atexit
 import errno
@@ -30,10 +31,14 @@ from .errors import LoopInputError, LoopWriteError
 
 TEMP_PREFIX = "cyclic_loop_"        # temporary folders: cyclic_loop_<pid>_<random>
 PARTIAL = ".partial-"               # private folders beside an output: <name>.partial-<pid>-<random>
-# <name>.partial-<pid>-<random>[.npz] (this module, the solver's .npz) or <name>.partial-<pid>.<ext> (earlier
-# versions, an output extension only: a user's own "notes.partial-2024.txt" is no temporary file)
-_PARTIAL_NAME = re.compile(r"\.partial-(\d+)(?:-[a-z0-9_]+(?:\.npz)?|\.(?:blend|abc|pc2|png|exr|glb|gltf|html|json|npz))$")
+# <name>.partial-<pid>-<8 random>[.blend|.npz][.previous|@|1] (this module, Blender's own save, the solver's .npz)
+# or <name>.partial-<pid>.<ext> (earlier versions, an output extension only: a user's own
+# "notes.partial-2024.txt" is no temporary file)
+_PARTIAL_NAME = re.compile(r"\.partial-(\d+)(?:-[a-z0-9_]{8}(?:\.blend|\.npz)?(?:\.previous|@|1)?"
+                           r"|\.(?:blend|abc|pc2|png|exr|glb|gltf|html|json|npz))$")
 STAGED_EXTENSIONS = (".abc",)       # written by a library that aborts the process on I/O errors
+SAME_FOLDER_EXTENSIONS = (".blend",)  # saved with paths relative to its folder: written beside the output
+BACKUP = ".previous"                # the replaced file, kept as a hard link until every rename is done
 STAGING_RESERVE = 256 * 2 ** 20     # free bytes the temporary folder needs before such a write
 CHUNK = 2 ** 20
 
@@ -197,19 +202,20 @@ def verify_alembic(path):
 VERIFIERS = {".blend": verify_blend, ".abc": verify_alembic}
 
 
-_locks = {}      # private folder -> the open descriptor holding its flock while this process lives
+_locks = {}      # private folder or temporary file -> the open descriptor holding its flock while this process lives
 
 
-def _lock(folder):
-    """Hold an exclusive flock on ``folder`` until ``_unlock``: the mark of a live writer, also for
-    processes of another PID namespace sharing the folder."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+def _lock(path):
+    """Hold an exclusive flock on ``path`` (a folder or file) until ``_unlock``: the mark of a live writer,
+    also for processes of another PID namespace sharing the folder."""
+    _unlock(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    _locks[folder] = fd
+    _locks[path] = fd
 
 
-def _unlock(folder):
-    fd = _locks.pop(folder, None)
+def _unlock(path):
+    fd = _locks.pop(path, None)
     if fd is not None:
         os.close(fd)
 
@@ -242,8 +248,27 @@ def _remove_private(folder):
 
 
 def _temp_name(path):
-    """A fresh temporary path for ``path``'s writer, alone in its private folder (see module)."""
-    return os.path.join(_private_folder(path), os.path.basename(path))
+    """A fresh temporary path for ``path``'s writer (see module): alone in its private folder, or, for a
+    .blend (Blender remaps the scene's relative paths to the folder it saves into), a new file beside
+    ``path`` made by ``tempfile.mkstemp`` (O_EXCL, unpredictable name, locked), ``<name>.partial-<pid>-<random>.blend``."""
+    if os.path.splitext(path)[1].lower() not in SAME_FOLDER_EXTENSIONS:
+        return os.path.join(_private_folder(path), os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f"{os.path.basename(path)}{PARTIAL}{os.getpid()}-",
+                               suffix=os.path.splitext(path)[1])
+    os.close(fd)
+    _lock(tmp)
+    return tmp
+
+
+def _discard(tmp):
+    """Remove what ``_temp_name`` made for ``tmp``: its private folder, or the file itself and its backup."""
+    if os.path.basename(os.path.dirname(tmp)).startswith(os.path.basename(tmp) + PARTIAL):
+        _remove_private(os.path.dirname(tmp))
+        return
+    _unlock(tmp)
+    for leftover in (tmp, tmp + BACKUP, tmp + "1", tmp + "@"):     # Blender saves tmp@, keeps the old tmp as tmp1
+        if os.path.lexists(leftover):
+            os.remove(leftover)
 
 
 def clean_stale_partials(folder):
@@ -279,15 +304,25 @@ def _copy(src, dst):
 _pending = []     # a stack: the (tmp, path) renames waiting for the end of each all_or_nothing()
 
 
-def _keep_mode(tmp, path):
-    """Give ``tmp`` the permission bits of the regular file at ``path`` it replaces (a new file keeps the
-    mode its writer gave it under the user's umask)."""
+def _umask():
+    """This process's umask, read without changing it (Linux: /proc), else by setting it back at once."""
     try:
-        mode = os.lstat(path).st_mode
+        with open("/proc/self/status") as f:
+            return int(next(line.split()[1] for line in f if line.startswith("Umask:")), 8)
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def _keep_mode(tmp, path):
+    """Give ``tmp`` the permission bits of the regular file at ``path`` it replaces; a new file gets the
+    user's umask's (0644 under umask 022), also when its temporary file was made private (mkstemp: 0600)."""
+    try:
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
     except FileNotFoundError:
-        return
-    if stat.S_ISREG(mode):
-        os.chmod(tmp, stat.S_IMODE(mode))
+        mode = 0o666 & ~_umask()
+    os.chmod(tmp, mode)
 
 
 def _replace(tmp, path):
@@ -315,7 +350,7 @@ def _commit(waiting):
         for tmp, path in waiting:
             backup = None
             if os.path.isfile(path) and not os.path.islink(path):
-                backup = tmp + ".previous"
+                backup = tmp + BACKUP
                 try:
                     os.link(path, backup)
                 except OSError:        # a file system without hard links: no way back for this one
@@ -343,6 +378,8 @@ def _finish(tmp, path, what, verify):
             cause = "the disk is full" if _disk_full(path) else f"the written file is incomplete ({exc})"
             raise _not_written(what, path, cause) from exc
     if _pending:
+        if tmp in _locks:           # a writer that saved by renaming its own file onto tmp: lock the new one
+            _lock(tmp)
         _pending[-1].append((tmp, path))
         return
     _replace(tmp, path)
@@ -396,7 +433,7 @@ def all_or_nothing(outputs=(), report=None, keep=None):
     finally:
         _pending.pop()
         for tmp, _ in waiting:
-            _remove_private(os.path.dirname(tmp))
+            _discard(tmp)
         for folder in made_folders:        # a folder output the block made: gone once its files are
             if not os.listdir(folder):
                 os.rmdir(folder)
@@ -432,7 +469,7 @@ def atomic_path(path, what="output", verify=None):
         if staged and os.path.exists(staged):
             os.remove(staged)
         if tmp and (tmp, path) not in waiting:
-            _remove_private(os.path.dirname(tmp))
+            _discard(tmp)
 
 
 # ------------------------------------------------------------------------------------------------ temporary folders

@@ -168,16 +168,17 @@ def test_stale_temporaries_of_ended_writers_are_removed_live_ones_kept(tmp_path)
     """A killed writer's files go on the next write into the folder; a live writer's folder stays, also
     one of another PID namespace (its pid means nothing here, its lock does); a user's file stays."""
     dead = _dead_pid()
-    stale = [tmp_path / f"loop.pc2.partial-{dead}-k3x_9q", tmp_path / f"loop.partial-{dead}.pc2",
-             tmp_path / f"loop.blend.partial-{dead}-0abc"]
+    stale = [tmp_path / f"loop.pc2.partial-{dead}-k3x_9q12", tmp_path / f"loop.partial-{dead}.pc2",
+             tmp_path / f"loop.blend.partial-{dead}-0abc_xyz.blend"]
     stale[0].mkdir()
     (stale[0] / "loop.pc2").write_bytes(b"half")
     stale[1].write_bytes(b"half")
     stale[2].write_bytes(b"half")
-    keep = [tmp_path / "notes.partial-2024.txt", tmp_path / f"loop.glb.partial-{os.getpid()}-live"]
+    keep = [tmp_path / "notes.partial-2024.txt", tmp_path / "report.partial-2024-final.pdf", tmp_path / f"loop.glb.partial-{os.getpid()}-live_123"]
     keep[0].write_text("mine")
-    keep[1].mkdir()
-    other_namespace = tmp_path / f"loop.abc.partial-{dead}-other"
+    keep[1].write_text("mine")
+    keep[2].mkdir()
+    other_namespace = tmp_path / f"loop.abc.partial-{dead}-other_12"
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(other_namespace)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:

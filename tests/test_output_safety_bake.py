@@ -85,11 +85,16 @@ def test_a_replaced_output_keeps_its_mode(tmp_path, capsys):
     for file, mode in ((out, 0o600), (report, 0o640)):
         file.write_bytes(b"earlier")
         os.chmod(file, mode)
-    status, err = _bake([path, "--", *QUICK, "--pc2", str(out), "--json", str(report)], capsys)
+    old = os.umask(0o022)
+    try:
+        status, err = _bake([path, "--", *QUICK, "--pc2", str(out), "--json", str(report), "--output",
+                             str(tmp_path / "loop.blend")], capsys)
+    finally:
+        os.umask(old)
     assert status == 0, err
-    assert [stat.S_IMODE(os.stat(p).st_mode) for p in (out, report)] == [0o600, 0o640]
+    assert [stat.S_IMODE(os.stat(p).st_mode) for p in (out, report, tmp_path / "loop.blend")] == [0o600, 0o640, 0o644]
     assert out.read_bytes() != b"earlier"
-    assert sorted(os.listdir(tmp_path)) == ["flag.blend", "loop.json", "loop.pc2"]
+    assert sorted(os.listdir(tmp_path)) == ["flag.blend", "loop.blend", "loop.json", "loop.pc2"]   # nothing else
 
 
 @pytest.mark.parametrize("name", ["-b", "--overwrite", "--json=/tmp/x"])
