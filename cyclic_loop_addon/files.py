@@ -3,17 +3,18 @@
 ``atomic_path`` yields a temporary name inside a private folder (mode 0700, unpredictable name, made with
 O_EXCL by ``tempfile.mkdtemp``) next to the target, so no planted file or link can redirect the write and
 two outputs of one run never share a temporary name; a .blend, whose relative paths Blender remaps to the
-folder it is saved in, gets a new unpredictable file beside the target instead (``tempfile.mkstemp``). When the block ends the file is flushed to disk,
-checked (not empty, and for .blend / .abc its header and end verified), given the mode of the file it
-replaces and renamed into place; only a regular file or a new name is replaced: a link, device, FIFO,
-socket or folder given as an output is refused (``check_writable``). A failed write (disk full, I/O
-error, no permission) raises a LoopError naming the file and the cause and leaves no partial file; a
-previous file at the path is kept. Files whose writer aborts the whole process on an I/O error (Blender's
-Alembic exporter) are written first into this process's own temporary folder, checked for free space,
-then copied into place the same way. Inside ``all_or_nothing()`` the renames wait until the block
-succeeds, and a rename that fails puts back the files renamed before it, so a run leaves all its outputs
-complete or every earlier file as it was. Each private folder or file is locked (flock) while its process
-lives; the next write into that folder removes those of ended processes (``clean_stale_partials``). No bpy here.
+folder it is saved in, gets a new unpredictable file beside the target instead (``tempfile.mkstemp``).
+When the block ends the file is flushed to disk, checked (not empty, and for .blend / .abc its header and
+end verified), given the mode of the file it replaces and renamed into place; only a regular file or a
+new name is replaced: a link, device, FIFO, socket or folder given as an output is refused
+(``check_writable``). A failed write (disk full, I/O error, no permission) raises a LoopError naming the
+file and the cause and leaves no partial file; a previous file at the path is kept. Files whose writer
+aborts the whole process on an I/O error (Blender's Alembic exporter) are written first into this
+process's own temporary folder, checked for free space, then copied into place the same way. Inside
+``all_or_nothing()`` the renames wait until the block succeeds, and a rename that fails puts back the
+files renamed before it, so a run leaves all its outputs complete or every earlier file as it was. Each
+private folder or file is locked (flock) while its process lives; the next write into that folder removes
+those of ended processes (``clean_stale_partials``). No bpy here.
 """
 import atexit
 import errno
@@ -250,7 +251,8 @@ def _remove_private(folder):
 def _temp_name(path):
     """A fresh temporary path for ``path``'s writer (see module): alone in its private folder, or, for a
     .blend (Blender remaps the scene's relative paths to the folder it saves into), a new file beside
-    ``path`` made by ``tempfile.mkstemp`` (O_EXCL, unpredictable name, locked), ``<name>.partial-<pid>-<random>.blend``."""
+    ``path`` made by ``tempfile.mkstemp`` (O_EXCL, unpredictable name, locked):
+    ``<name>.partial-<pid>-<random>.blend``."""
     if os.path.splitext(path)[1].lower() not in SAME_FOLDER_EXTENSIONS:
         return os.path.join(_private_folder(path), os.path.basename(path))
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f"{os.path.basename(path)}{PARTIAL}{os.getpid()}-",

@@ -174,7 +174,8 @@ def test_stale_temporaries_of_ended_writers_are_removed_live_ones_kept(tmp_path)
     (stale[0] / "loop.pc2").write_bytes(b"half")
     stale[1].write_bytes(b"half")
     stale[2].write_bytes(b"half")
-    keep = [tmp_path / "notes.partial-2024.txt", tmp_path / "report.partial-2024-final.pdf", tmp_path / f"loop.glb.partial-{os.getpid()}-live_123"]
+    keep = [tmp_path / "notes.partial-2024.txt", tmp_path / "report.partial-2024-final.pdf",
+            tmp_path / f"loop.glb.partial-{os.getpid()}-live_123"]
     keep[0].write_text("mine")
     keep[1].write_text("mine")
     keep[2].mkdir()
