@@ -91,7 +91,7 @@ def refuse_special(path, what="output"):
                              "give the path of a regular file (or a new name)")
 
 
-def check_writable(path, what="output", folder_output=False):
+def check_writable(path, what="output", folder_output=False, special=True):
     """The absolute ``path``; raise LoopInputError unless it can be created or replaced.
 
     Parameters
@@ -102,6 +102,9 @@ def check_writable(path, what="output", folder_output=False):
         What messages call the output ("--abc", "the PC2 file").
     folder_output : bool
         The output is a folder (created if missing) rather than a file.
+    special : bool
+        Refuse a link or special file at ``path`` (the guard does it itself, after saying which input a
+        link names).
 
     Returns
     -------
@@ -110,7 +113,8 @@ def check_writable(path, what="output", folder_output=False):
     """
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
-    refuse_special(path, what)
+    if special:
+        refuse_special(path, what)
     if folder_output and os.path.exists(path) and not os.path.isdir(path):
         raise LoopInputError(f"the {what} path {path} is a file; give a folder")
     if not folder_output and os.path.isdir(path):

@@ -13,7 +13,7 @@ import bpy
 
 from . import writeback
 from .errors import LoopInputError
-from .files import check_writable, same_path
+from .files import check_writable, clean_stale_partials, refuse_special, same_path
 
 
 # Outputs written in one format only: label -> (extensions accepted, what the file is)
@@ -63,16 +63,14 @@ def check_outputs(outputs, overwrite=False, may_replace_input=()):
     -------
     list of str
         The absolute paths, once each can be written (its folder exists and is writable, it is no link or
-        special file, it has its format's extension).
+        special file, it has its format's extension). The temporaries of ended processes in their folders
+        are removed then (files.clean_stale_partials).
     """
     opened = bpy.data.filepath
     protected = ([("the input file (the open .blend)", opened)] if opened else []) + source_files()
     checked = []
     for label, path, is_folder in outputs:
-        path = check_writable(path, label, folder_output=is_folder)
-        extensions, fmt = FORMATS.get(label, (None, ""))
-        if extensions and not path.lower().endswith(extensions):
-            raise LoopInputError(f"{label} {path}: {fmt}; give a file name ending in {' or '.join(extensions)}")
+        path = check_writable(path, label, folder_output=is_folder, special=False)
         for what, other in protected:
             if not same_path(path, other):
                 continue
@@ -87,4 +85,13 @@ def check_outputs(outputs, overwrite=False, may_replace_input=()):
                 raise LoopInputError(f"{label} and {other_label} name the same file ({path}): one would "
                                      "overwrite the other. Give each output its own path")
         checked.append((label, path))
+    for label, path in checked:     # after the inputs: a link to the input is named as the input
+        refuse_special(path, label)
+        extensions, fmt = FORMATS.get(label, (None, ""))
+        if extensions and not path.lower().endswith(extensions):
+            raise LoopInputError(f"{label} {path}: {fmt}; give a file name ending in {' or '.join(extensions)}")
+    for _, path in checked:     # temporaries a killed earlier run left there (of ended processes only)
+        clean_stale_partials(os.path.dirname(path))
+        if os.path.isdir(path):
+            clean_stale_partials(path)
     return [path for _, path in checked]

@@ -144,3 +144,23 @@ def test_the_loop_plays_exactly_over_the_artists_own_shape_keys():
     writeback.remove_loop(obj)
     assert {kb.name: (kb.value, kb.mute, kb.relative_key.name) for kb in obj.data.shape_keys.key_blocks} == states
     assert obj.show_only_shape_key
+
+
+def test_the_next_bake_removes_a_killed_runs_temporaries_before_any_work(tmp_path, capsys):
+    """Stale temporaries of ended processes go when the next bake checks its outputs, even when that bake
+    then stops on bad input; a live writer's stay."""
+    import subprocess
+    import sys
+    path = open_sample("flag", tmp_path)
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    stale = tmp_path / f"loop.pc2.partial-{dead}-abcd_123"
+    stale.mkdir()
+    (stale / "loop.pc2").write_bytes(b"half")
+    (tmp_path / f"loop.blend.partial-{dead}-wxyz_987.blend").write_bytes(b"half")
+    live = tmp_path / f"loop.pc2.partial-{os.getpid()}-live_123"
+    live.mkdir()
+    status, err = _bake([path, "--", "--object", "Flag", "--frames", "1", "2", "--pc2", str(tmp_path / "loop.pc2")],
+                        capsys)
+    assert status == 2 and "at least 4" in err, err
+    assert sorted(os.listdir(tmp_path)) == ["flag.blend", live.name]
