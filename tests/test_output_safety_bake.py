@@ -62,7 +62,7 @@ def test_two_outputs_naming_one_file_leave_the_earlier_vat_set_intact(tmp_path, 
 @pytest.mark.parametrize("option, make, message", [
     ("--json", lambda p, t: os.mkfifo(p), "is a FIFO (named pipe)"),
     ("--pc2", lambda p, t: os.symlink(t / "victim.pc2", p), "is a symbolic link"),
-    ("--output", lambda p, t: os.symlink(t / "flag.blend", p), "is a symbolic link"),
+    ("--output", lambda p, t: os.symlink(t / "victim.pc2", p), "is a symbolic link"),
     ("--preview", None, "the seam picture is written as PNG; give a file name ending in .png"),
 ])
 def test_links_special_files_and_wrong_formats_are_refused_before_any_work(tmp_path, capsys, option, make, message):
