@@ -12,7 +12,7 @@ import pytest
 
 from blender_helpers import evaluated_local, open_sample, settings
 
-from cyclic_loop_addon import bake, scene_io, writeback  # noqa: E402  (after bpy)
+from cyclic_loop_addon import bake, export, scene_io, writeback  # noqa: E402  (after bpy)
 from cyclic_loop_addon import batch as batch_file  # noqa: E402
 from cyclic_loop_addon.solver import sc  # noqa: E402
 
@@ -121,7 +121,7 @@ def _user_key(obj, name, dz, value, relative_to=None, mute=False):
     return kb
 
 
-def test_the_loop_plays_exactly_over_the_artists_own_shape_keys():
+def test_the_loop_plays_exactly_over_the_artists_own_shape_keys(tmp_path):
     """An active key at 0.5, a muted one and one relative to another key: the written keys evaluate to the
     solved loop; restoring the scene gives the artist's keys back as they were."""
     open_sample("flag")
@@ -138,6 +138,10 @@ def test_the_loop_plays_exactly_over_the_artists_own_shape_keys():
     writeback.write_back(g, q)
     for j in (0, 3, g.n_frames - 1):
         np.testing.assert_allclose(evaluated_local(obj, g.frame_start + j), local[j], atol=1e-5)
+    export.export_pc2(g, q, str(tmp_path / "loop.pc2"), attach=True)      # the PC2 of the same run, played
+    for j in (0, 3, g.n_frames - 1):
+        np.testing.assert_allclose(evaluated_local(obj, g.frame_start + j), local[j], atol=1e-5)
+        np.testing.assert_allclose(export.read_pc2(str(tmp_path / "loop.pc2"))[0][j], local[j], atol=1e-5)
     with writeback.showing_source([obj]):
         assert not obj.data.shape_keys.key_blocks["Wave"].mute and obj.show_only_shape_key
     assert obj.data.shape_keys.key_blocks["Wave"].mute and not obj.show_only_shape_key
