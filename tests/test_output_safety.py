@@ -436,3 +436,23 @@ def test_a_cancelled_run_keeps_the_previous_report(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 128 + 15, proc.stderr
     assert not vat.exists() and pc2.read_bytes() == b"earlier loop" and report.read_text() == '{"earlier": true}'
+
+
+@pytest.mark.parametrize("make", [lambda p, t: os.mkfifo(p), lambda p, t: os.symlink(t / "victim.npz", p)])
+def test_the_solver_cli_refuses_a_link_or_fifo_as_its_output(tmp_path, capsys, make):
+    """python -m solver_core loop P -o OUT: exit 2 through its error path, the link or FIFO and the file it
+    names as they were, no temporary left."""
+    from solver_core.__main__ import main
+    from solver_core.scenes.nbody import nbody_problem
+    import solver_core as sc
+    sc.save_problem(tmp_path / "p.npz", nbody_problem(3, seed=1, n_frames=12, perturbation=0.005))
+    (tmp_path / "victim.npz").write_bytes(b"precious")
+    out = tmp_path / "r.npz"
+    make(str(out), tmp_path)
+    before = os.lstat(out)
+    assert main(["loop", str(tmp_path / "p.npz"), "-o", str(out), "--max-iters", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "is a link or a special file" in err and "Traceback" not in err, err
+    assert (os.lstat(out).st_ino, os.lstat(out).st_mode) == (before.st_ino, before.st_mode)
+    assert (tmp_path / "victim.npz").read_bytes() == b"precious"
+    assert sorted(os.listdir(tmp_path)) == ["p.npz", "r.npz", "victim.npz"]
