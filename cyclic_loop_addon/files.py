@@ -18,7 +18,6 @@ those of ended processes (``clean_stale_partials``). No bpy here.
 """
 import atexit
 import errno
-import fcntl
 import os
 import re
 import shutil
@@ -29,6 +28,11 @@ import threading
 from contextlib import contextmanager
 
 from .errors import LoopInputError, LoopWriteError
+
+try:
+    import fcntl
+except ImportError:     # Windows: no flock; a live writer is known by its pid alone
+    fcntl = None
 
 TEMP_PREFIX = "cyclic_loop_"        # temporary folders: cyclic_loop_<pid>_<random>
 PARTIAL = ".partial-"               # private folders beside an output: <name>.partial-<pid>-<random>
@@ -214,6 +218,8 @@ def _lock(path):
     """Hold an exclusive flock on ``path`` (a folder or file) until ``_unlock``: the mark of a live writer,
     also for processes of another PID namespace sharing the folder."""
     _unlock(path)
+    if fcntl is None:
+        return
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     _locks[path] = fd
@@ -227,6 +233,8 @@ def _unlock(path):
 
 def _held(path):
     """True when a live process holds the flock of ``path`` (a folder or file); False when it can be taken."""
+    if fcntl is None:
+        return False
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
