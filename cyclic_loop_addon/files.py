@@ -419,11 +419,10 @@ def all_or_nothing(outputs=(), report=None, keep=None):
     On an exception the files of ``outputs`` that the block created or replaced (by any writer) are
     removed, and then the (older) ``report``, which no longer matches them; a folder output (textures) the
     block made is removed once the files waiting in it are, one that existed is left; ``keep`` (the input
-    .blend) never is. Files that did not change are left alone (the report too, when no file was removed), so
-    bad input found before writing anything, or a run cancelled before its renames, leaves every file as it
-    was. A
-    farm cancelling the task with SIGTERM gets the same clean-up (exit status 128 + 15) when this runs on
-    the main thread."""
+    .blend) never is. Files that did not change are left alone (the report too, when no file was removed),
+    so bad input found before writing anything, or a run cancelled before its renames, leaves every file as
+    it was. A farm cancelling the task with SIGTERM gets the same clean-up (exit status 128 + 15) when this
+    runs on the main thread."""
     paths = [p for p in outputs if not keep or os.path.abspath(p) != os.path.abspath(keep)]
     before = {p: _stamp(p) for p in paths}
     main = bool(paths) and threading.current_thread() is threading.main_thread()
