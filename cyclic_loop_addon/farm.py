@@ -3,12 +3,17 @@ write the OpenJD job template a farm runs. Plain Python 3.11+ (tomllib), no bpy:
 
     python cyclic_loop_addon/farm.py list BATCH.toml [--bare]     the tasks and their shell command lines
     python cyclic_loop_addon/farm.py run BATCH.toml [--force]     bake them here, then a summary table
-    python cyclic_loop_addon/farm.py openjd BATCH.toml -o T.json  the OpenJD job template (farm/openjd/)
+    python cyclic_loop_addon/farm.py openjd BATCH.toml -o T.json [--overwrite]   the OpenJD job template
 
 A task is one (object, variant) of a ``[[scene]]``: one ``bake.py`` run writing
 ``<output_dir>/<task>.<ext>`` and its JSON report ``<task>.json``. Finished tasks (report newer than
-every output) are skipped unless ``--force``. Exit status: 0 every task done, 2 a bad batch file or a
-task with bad input, 3 a task failed otherwise.
+every output) are skipped unless ``--force``. Exit status: 0 every task done, 2 a bad batch file, a bad
+template path or a task with bad input, 3 a task failed otherwise.
+
+The template path is guarded like the bake's outputs (``check_template_path``): never the batch file, a
+scene of the batch or a task's output, never a link or special file, an existing file only with
+``--overwrite``; it is written atomically (files.atomic_path). ``list`` prints each command line
+shell-quoted on one line and refuses a name with a line break or another control character.
 """
 import os
 import sys
@@ -25,7 +30,8 @@ import subprocess
 import time
 
 from . import batch as batch_file
-from . import openjd
+from . import files, openjd
+from .errors import LoopError
 from .task_files import finished
 
 BAKE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bake.py")
@@ -37,6 +43,54 @@ def command(task, blender, bake_py=BAKE_PY, force=False):
     """The worker's command line of ``task``: Blender in the background running bake.py."""
     return [blender, "-b", "--factory-startup", "--python-exit-code", "1", task.scene, "--python", bake_py,
             "--", *task.bake_args(skip_existing=not force)]
+
+
+def command_line(task, blender, force=False):
+    """``command`` as one shell line (shlex-quoted); BatchError when an argument holds a line break or
+    another control character, which would split the line for a one-command-a-line runner."""
+    cmd = command(task, blender, force=force)
+    bad = next((arg for arg in cmd if any(ord(c) < 32 or ord(c) == 127 for c in arg)), None)
+    if bad is not None:
+        raise batch_file.BatchError(f"task {task.name}: {bad!r} holds a line break or another control character, "
+                                    "which a one-command-a-line runner would split: rename it (farm.py run "
+                                    "passes it safely)")
+    return shlex.join(cmd)
+
+
+def check_template_path(path, batch, batch_path, overwrite=False):
+    """The absolute template ``path`` once it may be written; BatchError saying why not: its folder is
+    missing or not writable, it is a folder, link or special file, the batch file, a scene or an output of
+    the batch, or an existing file without ``overwrite``.
+
+    Parameters
+    ----------
+    path : str
+        The ``-o`` path.
+    batch : batch.Batch
+        The loaded batch.
+    batch_path : str
+        The batch file's path.
+    overwrite : bool
+        An existing (regular) file at ``path`` may be replaced.
+
+    Returns
+    -------
+    str
+        The absolute path.
+    """
+    try:
+        path = files.check_writable(path, "template (-o)")
+    except LoopError as exc:
+        raise batch_file.BatchError(str(exc)) from None
+    protected = [("the batch file", batch_path)] + [("a scene of the batch", s.file) for s in batch.scenes]
+    protected += [(f"an output of task {t.name}", p) for t in batch.tasks() for p in (*t.output_paths(), t.report)]
+    for what, other in protected:
+        if files.same_path(path, other):
+            raise batch_file.BatchError(f"-o {path} is {what}: writing the template there would destroy it. "
+                                        "Choose another path")
+    if os.path.exists(path) and not overwrite:
+        raise batch_file.BatchError(f"-o {path} exists: pass --overwrite to replace it, or choose another path")
+    return path
 
 
 def _status(code, report):
@@ -103,6 +157,7 @@ def _parser():
         cmd.add_argument("--force", action="store_true", help="bake finished tasks again")
         if name == "openjd":
             cmd.add_argument("-o", "--out", required=True, metavar="TEMPLATE.json")
+            cmd.add_argument("--overwrite", action="store_true", help="replace an existing template file")
         if name == "list":
             cmd.add_argument("--bare", action="store_true", help="command lines only, one a line (OpenCue's cuecmd)")
     return p
@@ -114,22 +169,28 @@ def main(argv):
     try:
         batch = batch_file.load(args.batch)
         if args.command == "openjd":
-            template = openjd.template(batch, os.path.dirname(os.path.abspath(args.out)), BAKE_PY, force=args.force)
-            with open(args.out, "w") as f:
+            out = check_template_path(args.out, batch, os.path.abspath(args.batch), args.overwrite)
+            template = openjd.template(batch, os.path.dirname(out), BAKE_PY, force=args.force)
+            with files.atomic_path(out, "template") as tmp, open(tmp, "w") as f:
                 json.dump(template, f, indent=2)
                 f.write("\n")
             print(f"[farm] wrote {args.out}: {len(batch.tasks())} tasks in {len(template['steps'])} steps")
             return 0
-    except batch_file.BatchError as exc:
+        tasks = batch.tasks()
+        if args.command == "list":
+            lines = [(task.name, command_line(task, batch.blender, force=args.force)) for task in tasks]
+            for name, line in lines:
+                print(line if args.bare else f"{name}: {line}")
+            return 0
+        if os.path.exists(batch.output_dir) and not os.path.isdir(batch.output_dir):
+            raise batch_file.BatchError(f"[batch] output_dir {batch.output_dir} is a file; give a folder")
+        try:
+            os.makedirs(batch.output_dir, exist_ok=True)
+        except OSError as exc:
+            raise batch_file.BatchError(f"cannot make [batch] output_dir {batch.output_dir}: {exc.strerror}") from None
+    except (batch_file.BatchError, LoopError) as exc:
         print(f"[farm] error: {exc}", file=sys.stderr)
         return 2
-    tasks = batch.tasks()
-    if args.command == "list":
-        for task in tasks:
-            line = shlex.join(command(task, batch.blender, force=args.force))
-            print(line if args.bare else f"{task.name}: {line}")
-        return 0
-    os.makedirs(batch.output_dir, exist_ok=True)
     rows = [run_task(task, batch.blender, force=args.force) for task in tasks]
     for line in summary(rows):
         print(line)

@@ -1,6 +1,12 @@
 """The OpenJD job template (jobtemplate-2023-09) of a batch: one step per (scene, variant), one task per
 object, each task one bake.py run in Blender on the worker. Host memory comes from the solver's own
 estimate (solver_core.memory) on the sizes a Blender probe reads from each scene. No bpy.
+
+Names reach the template as data: OpenJD expands ``{{ ... }}`` in its strings and has no escape for it, so
+a name, variant or batch name holding ``{{`` or ``}}`` is refused (``literal``); each task passes its
+objects as ``--object={{Task.Param.Object}}``, so a name such as "-b" is a value, never an option; the
+Object parameter is split on commas on the worker, so an N-body group with a comma in a name is refused
+(loop it with ``farm.py run``).
 """
 import json
 import math
@@ -20,6 +26,14 @@ EXIT_CODES = ("Exit status of every task: 0 the loop is written (or was already:
               "itself failed, a retry may help. A failed task leaves none of its outputs.")
 BLENDER = ["-b", "--factory-startup", "--python-exit-code", "1"]
 MKDIR = "import os, sys; os.makedirs(sys.argv[-1], exist_ok=True)"
+
+
+def literal(text, what):
+    """``text`` when OpenJD keeps it as it is; BatchError when it holds ``{{`` or ``}}`` (an expression)."""
+    if "{{" in text or "}}" in text:
+        raise BatchError(f"{what} {text!r} holds '{{{{' or '}}}}', which OpenJD expands as an expression (there is no "
+                         "escape for it in a job template): rename it, or bake this batch with farm.py run")
+    return text
 
 
 def probe(blender, scene, specs):
@@ -90,7 +104,7 @@ def _step(batch, i, scene, variant, sizes, force):
     task = Task(name="{{Task.Param.Name}}", scene=f"{{{{Param.Scene{i + 1}}}}}", objects="{{Task.Param.Object}}",
                 frames=scene.frames, variant=variant, options=options, report=base + ".json", bake=batch.bake,
                 outputs={kind: base + os.path.splitext(path)[1] for kind, path in tasks[0].outputs.items()})
-    args = [*BLENDER, task.scene, "--python", "{{Param.BakeScript}}", "--", *task.bake_args(not force)]
+    args = [*BLENDER, task.scene, "--python", "{{Param.BakeScript}}", "--", *task.bake_args(not force, joined=True)]
     mkdir = dict(command="{{Param.BlenderExe}}", args=[*BLENDER, "--python-expr", MKDIR, "--", "{{Param.OutputDir}}"])
     return dict(
         name=f"{scene.stem}-{variant}"[:64],
@@ -110,9 +124,21 @@ def _step(batch, i, scene, variant, sizes, force):
 def template(batch, template_dir, bake_py, force=False):
     """The job template (a dict for JSON) of ``batch``, to be saved in ``template_dir``; ``force`` bakes
     finished tasks again."""
+    literal(batch.name, "the batch name")
+    for name, options in batch.variants.items():
+        literal(name, "the variant")
+        for key, value in options.items():
+            literal(str(value), f"[variants.{name}] {key}")
+    for task in batch.tasks():
+        for name in task.names:
+            literal(name, "the object name")
+        if len(task.names) > 1 and any("," in name for name in task.names):
+            raise BatchError(f"task {task.name}: an N-body group with a comma in a name ({task.objects!r}) cannot "
+                             "be one OpenJD task parameter (split on commas on the worker): rename the object, "
+                             "or bake this batch with farm.py run")
     steps = []
     for i, scene in enumerate(batch.scenes):
-        sizes = probe(batch.blender, scene.file, scene.objects)
+        sizes = probe(batch.blender, scene.file, [",".join(names) for names in scene.objects])
         steps += [_step(batch, i, scene, variant, sizes, force) for variant in scene.variants]
     return dict(specificationVersion=SPEC, name=f"Cyclic Loop: {batch.name}"[:128],
                 description=f"Physical loops baked by bake.py, one task per (object, variant). {EXIT_CODES}",

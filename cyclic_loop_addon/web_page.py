@@ -3,6 +3,7 @@
 sample to the first. ``?frame=F`` holds frame F (a float); ``window.cyclicLoop`` lets tests drive it.
 """
 import html
+import re
 
 PAGE = """<!doctype html>
 <html lang="en">
@@ -130,7 +131,27 @@ tick();
 """
 
 
+def _script_json(text):
+    """JSON text safe inside a <script> element: every "<" written as the JSON escape \\u003c (the same
+    value), so no "</script>" or "<!--<script>" in a name can end or re-open the element."""
+    return text.replace("<", "\\u003c")
+
+
 def render(import_map, data_json, title=""):
-    """The page with the import map and the loop's data (both JSON) filled in."""
-    return (PAGE.replace("__IMPORTMAP__", import_map.replace("</", "<\\/")).replace("__TITLE__", html.escape(title))
-            .replace("__DATA__", data_json.replace("</", "<\\/")))
+    """The page with the import map and the loop's data filled in.
+
+    Parameters
+    ----------
+    import_map, data_json : str
+        JSON texts of the import map and of the loop's data.
+    title : str
+        The page title (HTML-escaped here).
+
+    Returns
+    -------
+    str
+        The page. The placeholders are filled in one pass, so a name holding "__DATA__" stays text.
+    """
+    values = {"__IMPORTMAP__": _script_json(import_map), "__TITLE__": html.escape(title),
+              "__DATA__": _script_json(data_json)}
+    return re.sub("|".join(values), lambda m: values[m.group(0)], PAGE)

@@ -8,7 +8,13 @@ is kept (with a fake user): ``remove_loop`` restores the simulation.
 Keys: loop frame j is played at scene frame ``A + j * step``; every F-curve has keys from A to A + period
 (the wrap frame repeats frame A) with linear interpolation and a Cycles modifier, so frame A + period
 evaluates exactly like frame A, forever in both directions.
+
+The artist's own shape keys shaped the mesh the simulation started from; the solved loop already holds
+their effect. While the loop plays they are muted (and the shape keys mixed relatively, all of them
+shown), so each frame evaluates to the solved loop exactly; ``remove_loop`` restores their mute states and
+those settings, and ``showing_source`` restores them while the scene is gathered again.
 """
+import json
 from contextlib import contextmanager
 
 import bpy
@@ -136,8 +142,50 @@ def add_loop_keys(obj, positions, frame_start, frame_step, wrap=True):
         _cyclic_fcurve(fcurves, f'key_blocks["{name}"].value', 0, frames, (index == j).astype(float), cycles=wrap)
 
 
+def _user_keys(obj):
+    """The artist's shape keys of ``obj``: every key but the reference (basis) key and the loop's own."""
+    keys = obj.data.shape_keys
+    if keys is None:
+        return []
+    return [kb for kb in keys.key_blocks[1:] if not kb.name.startswith(KEY_PREFIX)]
+
+
+def _quiet_user_keys(obj, marker):
+    """Mute the artist's shape keys and show the relative mix of all keys, so the loop keys alone shape the
+    mesh; returns what to restore: {"muted": names muted here, "show_only": ..., "use_relative": ...} (those
+    of an earlier run's ``marker`` kept)."""
+    keys = obj.data.shape_keys
+    before = json.loads(marker.get("user_keys", "{}")) if marker else {}
+    muted = [kb.name for kb in _user_keys(obj) if not kb.mute]
+    restore = dict(muted=list(dict.fromkeys(before.get("muted", []) + muted)),
+                   show_only=before.get("show_only", obj.show_only_shape_key),
+                   use_relative=before.get("use_relative", keys.use_relative if keys else True))
+    for kb in _user_keys(obj):
+        kb.mute = True
+    obj.show_only_shape_key = False
+    if keys is not None:
+        keys.use_relative = True
+    return restore
+
+
+def _restore_user_keys(obj, restore, undo=None):
+    """Put back what ``_quiet_user_keys`` changed (appending (target, attribute, value) to ``undo`` when given,
+    for a temporary restore)."""
+    keys = obj.data.shape_keys
+    changes = [(obj, "show_only_shape_key", restore.get("show_only", obj.show_only_shape_key))]
+    if keys is not None:
+        changes.append((keys, "use_relative", restore.get("use_relative", keys.use_relative)))
+        changes += [(keys.key_blocks[name], "mute", False) for name in restore.get("muted", [])
+                    if name in keys.key_blocks]
+    for target, attr, value in changes:
+        if undo is not None:
+            undo.append((target, attr, getattr(target, attr)))
+        setattr(target, attr, value)
+
+
 def write_shape_keys(gathered, q):
-    """One shape key per loop frame, keyed to play cyclically; the physics modifier is disabled."""
+    """One shape key per loop frame, keyed to play cyclically; the physics modifier is disabled and the
+    artist's own shape keys are muted while the loop plays (see module)."""
     obj = _object(gathered.object_names[0])
     if obj.type != "MESH" or len(obj.data.vertices) != gathered.n_written:
         raise LoopInputError(f"{obj.name!r} no longer has the {gathered.n_written} vertices it was gathered "
@@ -149,11 +197,12 @@ def write_shape_keys(gathered, q):
 
     _remove_loop_keys(obj)
     add_loop_keys(obj, local, gathered.frame_start, gathered.frame_step)
+    user_keys = _quiet_user_keys(obj, marker)
     if mod is not None:
         mod.show_viewport = mod.show_render = False
     obj[MARKER] = dict(kind="mesh", modifier=gathered.physics_modifier, frame_start=gathered.frame_start,
                        period=gathered.period, created_basis=created_basis,
-                       cache=bool(marker.get("cache")) if marker else False)
+                       cache=bool(marker.get("cache")) if marker else False, user_keys=json.dumps(user_keys))
     return obj
 
 
@@ -231,6 +280,7 @@ def remove_loop(obj):
         return False
     if marker["kind"] == "mesh":
         _remove_loop_keys(obj)
+        _restore_user_keys(obj, json.loads(marker.get("user_keys", "{}")))
         keys = obj.data.shape_keys
         if marker["created_basis"] and keys is not None and len(keys.key_blocks) == 1:
             obj.shape_key_clear()
@@ -266,6 +316,7 @@ def showing_source(objects):
             for kb in _loop_keys(obj):
                 undo.append((kb, "mute", kb.mute))
                 kb.mute = True
+            _restore_user_keys(obj, json.loads(marker.get("user_keys", "{}")), undo)
         else:
             source = bpy.data.actions.get(marker["source_action"])
             if source is not None and obj.animation_data:

@@ -8,6 +8,8 @@ extension); a class of another package keeps its full name.
 """
 import json
 import os
+import stat
+import tempfile
 import zipfile
 
 import numpy as np
@@ -74,13 +76,24 @@ def _decode(value, arrays, classes):
 
 
 def _write_npz(path, arrays):
-    """Write atomically: a temporary file in the same folder (mode from the umask), flushed, then renamed."""
-    tmp = f"{os.path.abspath(path)}.partial-{os.getpid()}.npz"
+    """Write atomically: a new temporary file in the same folder (O_EXCL, an unpredictable name, so no planted
+    link redirects it), flushed, given the mode of the file it replaces (a new one: the umask's), then renamed.
+    Only a regular file or a new name is replaced: a link, device or FIFO at ``path`` raises ValueError."""
+    path = os.path.abspath(path)
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise ValueError(f"{path} is a link or a special file (device, FIFO, socket); results are written as "
+                         "regular files only: give the path of a regular file or a new name")
+    mask = os.umask(0)
+    os.umask(mask)
+    mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else 0o666 & ~mask
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f"{os.path.basename(path)}.partial-{os.getpid()}-",
+                               suffix=".npz")
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
             np.savez_compressed(f, **arrays)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

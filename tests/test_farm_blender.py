@@ -1,5 +1,6 @@
 """The farm jobs with Debian's `blender`: the OpenJD template of farm/openjd/ generated, checked and run
-by `openjd` on one tiny task of the flag sample, and farm.py's local mode baking two objects of a scene.
+by `openjd` on one tiny task of the flag sample, farm.py's local mode baking two objects of a scene, and a
+task refusing hostile outputs (docs/output_safety.md).
 Tasks are tiny (12 frames, one Gauss-Newton iteration from the cache); the samples are built by this
 Blender (the committed ones are saved by Blender 4.5)."""
 import json
@@ -145,3 +146,30 @@ def test_local_run_bakes_two_objects_and_prints_the_summary(layout):
         assert report["stop_reason"] == "max_iters" and report["n_frames"] == 12
     proc = _run([sys.executable, FARM_PY, "run", str(batch)])
     assert proc.returncode == 0 and proc.stdout.count("skipped (done before)") == 2, proc.stdout
+
+
+def test_a_task_in_blender_refuses_hostile_outputs_and_keeps_modes(layout, tmp_path):
+    """bake.py in this Blender, as a farm task runs it: a link or a FIFO given as an output is refused
+    (exit 2, nothing written through it); a replaced output keeps its mode; no temporary file is left."""
+    scene = layout / "sample_scenes" / "flag.blend"
+    quick = ["--object=Flag", "--frames", "49", "60", "--init", "cache", "--iterations", "1", "--substeps", "1"]
+
+    def bake(*outputs):
+        return _run([BLENDER, "-b", "--factory-startup", "--python-exit-code", "1", str(scene), "--python", BAKE_PY,
+                     "--", *quick, *map(str, outputs)])
+
+    victim = tmp_path / "victim.pc2"
+    victim.write_bytes(b"another file")
+    os.symlink(victim, tmp_path / "link.pc2")
+    os.mkfifo(tmp_path / "fifo.json")
+    for outputs in (("--pc2", tmp_path / "link.pc2"), ("--pc2", tmp_path / "a.pc2", "--json", tmp_path / "fifo.json")):
+        proc = bake(*outputs)
+        assert proc.returncode == 2 and "outputs are written as regular files only" in proc.stderr, proc.stderr[-2000:]
+    assert victim.read_bytes() == b"another file" and sorted(os.listdir(tmp_path)) == ["fifo.json", "link.pc2",
+                                                                                        "victim.pc2"]
+    (tmp_path / "a.pc2").write_bytes(b"earlier")
+    os.chmod(tmp_path / "a.pc2", 0o600)
+    proc = bake("--pc2", tmp_path / "a.pc2", "--json", tmp_path / "a.json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert os.stat(tmp_path / "a.pc2").st_mode & 0o777 == 0o600 and (tmp_path / "a.pc2").read_bytes() != b"earlier"
+    assert sorted(os.listdir(tmp_path)) == ["a.json", "a.pc2", "fifo.json", "link.pc2", "victim.pc2"]

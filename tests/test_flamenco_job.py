@@ -27,3 +27,12 @@ def test_flamenco_init_choices_are_the_add_ons_initial_guesses_and_auto():
         script = f.read()
     choices = re.search(r'key: "init".*?choices: \[([^\]]*)\]', script, re.S).group(1)
     assert re.findall(r'"(\w+)"', choices) == ["auto", *(name for name, *_ in INITS)]
+
+
+@pytest.mark.skipif(NODE is None and not os.environ.get("CI"), reason="needs node (apt nodejs); under CI it must run")
+def test_flamenco_object_names_reach_bake_py_as_they_are():
+    """Objects as a JSON list: a comma, "+" or a leading "-" stays part of one name (--object=NAME)."""
+    proc = subprocess.run([NODE, "--test", os.path.join("farm", "flamenco", "test", "cyclic_loop_objects.test.js")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "# pass 1" in proc.stdout and "# fail 0" in proc.stdout, proc.stdout[-2000:]

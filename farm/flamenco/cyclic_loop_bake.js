@@ -5,6 +5,11 @@
 // gives the same task). bake.py exits 0 (done), 2 (bad input: fix the settings, do not retry) or 3 (the
 // solver failed: try other settings); a failed task leaves none of its outputs, and a task whose report
 // is newer than its outputs is skipped (unless "force").
+//
+// Objects are a JSON list, each string one object by its exact name (commas, "+" and spaces are part of
+// the name) and each inner list one N-body group: ["Flag", "Banner 2", ["Sun", "Planet"]]. Each name is
+// passed as one "--object=NAME" argument, so no name is split or read as an option. A text that is not a
+// JSON list is read the older way: comma-separated names, "+" joining N bodies.
 
 const OUTPUT_EXTENSIONS = { blend: ".blend", abc: ".abc", pc2: ".pc2", preview: ".png" };
 const OUTPUT_OPTIONS = { blend: "--output", abc: "--abc", pc2: "--pc2", preview: "--preview" };
@@ -16,9 +21,10 @@ const JOB_TYPE = {
     description: "Physical loops of simulated meshes (Cyclic Loop add-on), one bake.py task per object",
     settings: [
         { key: "objects", type: "string", required: true,
-          eval: "', '.join(o.name for o in C.selected_objects if o.type == 'MESH')",
+          eval: "__import__('json').dumps([o.name for o in C.selected_objects if o.type == 'MESH'])",
           evalInfo: { showLinkButton: true, description: "Selected meshes" },
-          description: "Objects to loop, comma-separated, one task each; join N bodies with '+' (Sun+Planet)" },
+          description: "Objects to loop, one task each, as a JSON list of names; a list inside it is one "
+                       + "N-body group: [\"Flag\", [\"Sun\", \"Planet\"]]" },
         { key: "frames", type: "string", required: true,
           eval: `f'{${LOOP}.frame_start}-{${LOOP}.frame_end}'`,
           evalInfo: { showLinkButton: true, description: "The active object's loop frames" },
@@ -62,8 +68,8 @@ function compileJob(job) {
     }
     const frames = parseFrames(settings.frames);
     const stem = safeName(path.basename(settings.blendfile).replace(/\.blend$/, ""));
-    for (const object of splitList(settings.objects, "objects")) {
-        const name = safeName(`${stem}-${object}-${settings.variant}`);
+    for (const group of objectGroups(settings.objects)) {
+        const name = safeName(`${stem}-${group.names.join("+")}-${settings.variant}`);
         const task = author.Task(name, "blender");
         task.addCommand(author.Command("blender-render", {
             exe: "{blender}",
@@ -71,7 +77,7 @@ function compileJob(job) {
             argsBefore: ["--python-exit-code", "1"],
             blendfile: settings.blendfile,
             args: ["--python", settings.bake_script, "--"].concat(
-                bakeArgs(settings, object.replace(/\+/g, ","), frames, outputs, path.join(settings.output_dir, name))),
+                bakeArgs(settings, group, frames, outputs, path.join(settings.output_dir, name))),
         }));
         job.addTask(task);
     }
@@ -79,8 +85,8 @@ function compileJob(job) {
 
 // bake.py's options for one object: those of a farm.py task of a variant with these five settings; init
 // "auto" and substeps -1 are left to bake.py, which takes the model's defaults.
-function bakeArgs(settings, objects, frames, outputs, base) {
-    let args = ["--object", objects, "--frames", String(frames[0]), String(frames[1])];
+function bakeArgs(settings, group, frames, outputs, base) {
+    let args = objectArgs(group).concat(["--frames", String(frames[0]), String(frames[1])]);
     for (const kind of outputs) {
         args.push(OUTPUT_OPTIONS[kind], base + OUTPUT_EXTENSIONS[kind]);
     }
@@ -91,6 +97,35 @@ function bakeArgs(settings, objects, frames, outputs, base) {
     if (settings.bake) args.push("--bake");
     if (!settings.force) args.push("--skip-existing");
     return args;
+}
+
+// The groups of the objects setting: {names, exact}: a JSON list (exact names) or the older comma form.
+function objectGroups(text) {
+    text = String(text || "").trim();
+    if (!text.startsWith("[")) {
+        return splitList(text, "objects").map((item) => ({ names: item.split("+"), exact: false }));
+    }
+    let items;
+    try {
+        items = JSON.parse(text);
+    } catch (err) {
+        throw `objects should be a JSON list of names, such as ["Flag", ["Sun", "Planet"]]: ${err.message}`;
+    }
+    const groups = (Array.isArray(items) ? items : [null]).map((item) => typeof item == "string" ? [item] : item);
+    for (const names of groups) {
+        if (!Array.isArray(names) || names.length == 0 || !names.every((n) => typeof n == "string" && n.length > 0)) {
+            throw `objects should be a JSON list of names (a list inside it: N bodies), not ${JSON.stringify(names)}`;
+        }
+    }
+    if (groups.length == 0) throw "no objects given";
+    return groups.map((names) => ({ names, exact: true }));
+}
+
+// "--object=NAME" per exact name; the older form joins N bodies with commas, as bake.py reads them.
+function objectArgs(group) {
+    if (group.exact) return group.names.map((name) => `--object=${name}`);
+    const value = group.names.join(",");
+    return value.startsWith("-") ? [`--object=${value}`] : ["--object", value];
 }
 
 function splitList(text, what) {
