@@ -289,7 +289,8 @@ def test_a_settled_crawl_that_the_model_says_can_go_on_does_not_stop():
     # 4 bodies seed 4 from fast projection, without the geodesic acceleration: the soft phase settles while the
     # undamped model still predicts a few percent of the loss, and the loss goes on falling to the iteration cap
     # (docs/design/tuning.md: ftol)
-    res = sc.make_loop(nbody_problem(4, seed=4, perturbation=0.02), options=replace(tuned(accelerate=False), start=ONE_SIDED.start))
+    options = replace(tuned(accelerate=False), start=ONE_SIDED.start)
+    res = sc.make_loop(nbody_problem(4, seed=4, perturbation=0.02), options=options)
     assert res.status == loop.ITERATION_CAP and res.gauss_newton_iterations == loop.MAX_ITERS
     assert res.final_loss < 1100
 
