@@ -19,8 +19,8 @@ import sys
 
 if __name__ == "__main__":  # run as a script by Blender or Python: import the package, run, exit
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from cyclic_loop_addon.bake import main
-    sys.exit(main(sys.argv))
+    from cyclic_loop_addon.bake import leave, main
+    leave(main(sys.argv))
 
 import argparse
 import signal
@@ -113,7 +113,7 @@ def _say(text):
 def _settings(args):
     """The LoopSettings of ``args`` in the open scene, the options not given from the model's defaults
     (``scene_io.with_defaults``: the same as the panel's selection)."""
-    names = tuple(n for arg in args.object for n in arg.split(",") if n)
+    names = object_names(args.object, bpy.data.objects)
     a, b = args.frames if args.frames else (None, None)
     return scene_io.with_defaults(scene_io.LoopSettings(
         objects=names, frame_start=a, frame_end=b, model=args.model, init=args.init, scheme=args.scheme,
@@ -135,9 +135,37 @@ def _check_outputs(args):
         gltf.checked_path(args.glb)
 
 
+def object_names(given, objects):
+    """The object names of ``--object`` values: a value naming an object is that object (a comma may be part of
+    a name), otherwise "A,B" is several objects (N bodies)."""
+    return tuple(n for arg in given for n in ([arg] if arg in objects else arg.split(",")) if n)
+
+
+def scripted_drivers():
+    """How many drivers of the open file run Python expressions (Blender's simple expressions do not)."""
+    ids = [*bpy.data.objects, *bpy.data.meshes, *bpy.data.shape_keys, *bpy.data.scenes]
+    return sum(1 for block in ids if block.animation_data for fc in block.animation_data.drivers
+               if fc.driver.type == "SCRIPTED" and not getattr(fc.driver, "is_simple_expression", False))
+
+
+def leave(status):
+    """End the process with ``status``. Under the bpy module the interpreter's own exit can wait forever in
+    the module's teardown (a scene with scripted drivers leaves its Python threads to it): flush and leave at
+    once, saying so when scripted drivers were there. Under Blender's executable ``sys.exit``."""
+    if bpy.app.binary_path:
+        sys.exit(status)
+    if scripted_drivers():
+        _say(f"leaving without the bpy module's teardown: the scene has {scripted_drivers()} scripted drivers")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def _check_objects(args):
-    if args.object:
+    if args.object and object_names(args.object, bpy.data.objects):
         return
+    if args.object:
+        raise LoopInputError("--object needs an object name")
     simulated = [ob.name for ob in bpy.data.objects if scene_io.physics_modifier(ob) is not None]
     raise LoopInputError("give the simulated object with --object NAME (repeat it for N bodies); objects with "
                          f"Cloth or Soft Body in this file: {', '.join(simulated) or 'none'}")
@@ -172,6 +200,9 @@ def run(args):
     source = _open(args)
     _check_outputs(args)
     _check_objects(args)
+    if scripted_drivers():
+        _say(f"note: the scene has {scripted_drivers()} scripted drivers; their Python runs only where Blender's "
+             "Auto Run Python Scripts allows it, and the loop is solved from the simulation as cached")
     settings = _settings(args)
     progress = Progress(settings.iterations, settings.init, physics_tol=settings.physics_tolerance)
     paths = {out.name: (getattr(args, out.name), f"--{out.name}") for out in OUTPUTS if getattr(args, out.name)}

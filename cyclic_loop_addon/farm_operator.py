@@ -35,9 +35,10 @@ def batch_text(context, path, output_dir):
         raise LoopInputError("save the .blend first: the batch file names it and the farm reads it")
     obj = context.active_object
     if obj is not None and obj.type == "MESH" and obj.cyclic_loop_settings.model == "nbody":
-        groups = [(obj, ",".join(ob.name for ob in context.selected_objects) or obj.name)]
-    else:
-        groups = [(ob, ob.name) for ob in context.selected_objects if ob.type == "MESH"]
+        groups = [(obj, [ob.name for ob in context.selected_objects] or [obj.name])]
+    else:   # a name with a comma stays one object as a one-name list
+        groups = [(ob, [ob.name] if "," in ob.name else ob.name) for ob in context.selected_objects
+                  if ob.type == "MESH"]
     if not groups:
         raise LoopInputError("select the simulated meshes to bake on the farm")
     variants, scenes, outputs, bake = {}, {}, [], False

@@ -58,6 +58,32 @@ def _check_output(problem, output):
     same = os.path.exists(output) and os.path.samefile(problem, output)
     if same or os.path.realpath(problem) == os.path.realpath(output):
         raise ValueError(f"-o {output} is the problem file itself; give the result its own file name")
+    if os.path.islink(output) or (os.path.exists(output) and not os.path.isfile(output)):
+        raise ValueError(f"-o {output} is a link or a special file; give the path of a regular file")
+
+
+def _positive_int(text):
+    """argparse type: a whole number of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _positive_float(text):
+    """argparse type: a finite number above 0."""
+    value = float(text)
+    if not np.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return value
+
+
+def _fraction(text):
+    """argparse type: a finite number of at least 0."""
+    value = float(text)
+    if not np.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {text}")
+    return value
 
 
 def cmd_loop(args):
@@ -169,9 +195,9 @@ def main(argv=None):
                    help="physical: solve the loop; crossfade: the baseline blend of --clip, no solve")
     p.add_argument("--init", default="fast_projection", choices=CLIP_INITS,
                    help="initial guess (cache: a crossfade of --clip)")
-    p.add_argument("--max-iters", type=int, default=MAX_ITERS)
-    p.add_argument("--tol", type=float, default=TOL)
-    p.add_argument("--physics-tol", type=float, default=PHYSICS_TOL,
+    p.add_argument("--max-iters", type=_positive_int, default=MAX_ITERS)
+    p.add_argument("--tol", type=_positive_float, default=TOL)
+    p.add_argument("--physics-tol", type=_fraction, default=PHYSICS_TOL,
                    help="a seamless loop whose mean residual force is at most this fraction of the forces at "
                         "play is converged (0: minimize on)")
     p.add_argument("--backend", default="auto", choices=["auto", *BACKENDS])
