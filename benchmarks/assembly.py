@@ -26,12 +26,12 @@ def main(argv=None):
     sys.path.insert(0, os.path.abspath(args.checkout))
     import bpy
     import solver_core as sc
-    from cyclic_loop_addon import scene_io
-    from solver_core.gauss_newton import GaussNewton
-    from solver_core.residual import residual_steps
+    from cyclic_loop_addon.pipeline import scene_reader
+    from solver_core.optimize.gauss_newton import GaussNewton
+    from solver_core.physics.residual import residual_steps
 
     bpy.ops.wm.open_mainfile(filepath=FLAG)
-    gathered = scene_io.gather(scene_io.LoopSettings(objects=("Flag",), frame_start=49, frame_end=72), None)
+    gathered = scene_reader.gather(scene_reader.LoopSettings(objects=("Flag",), frame_start=49, frame_end=72), None)
     prob = gathered.problem
     q = prob.apply_constraints(prob.steps_of(sc.crossfade_loop(gathered.source)))
     u = residual_steps(prob, q)

@@ -27,7 +27,8 @@ import bpy
 import numpy as np
 
 import solver_core as sc
-from cyclic_loop_addon import bake, scene_io
+from cyclic_loop_addon import bake
+from cyclic_loop_addon.pipeline import scene_reader
 
 from .blender_cloth_residual import _quiet
 
@@ -73,7 +74,7 @@ def build(name):
 def forward_seconds(obj, frames, options=()):
     """Seconds of one forward simulation of the loop problem bake.py solves (its defaults and ``options``)."""
     argv = ["bake.py", "--", "--object", obj.name, "--frames", str(frames[0]), str(frames[1]), *options]
-    prob = scene_io.gather(bake._settings(bake.parse_args(argv))).problem
+    prob = scene_reader.gather(bake._settings(bake.parse_args(argv))).problem
     t0 = time.perf_counter()
     sc.simulate(prob)
     return time.perf_counter() - t0, prob

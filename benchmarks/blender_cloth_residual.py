@@ -5,7 +5,7 @@
 Builds a 2 m plane of 10 x 10 quads pinned at two corners in memory, bakes Blender's cloth cache (40
 frames), reads the evaluated mesh per frame in world space and prints, for the compatible model
 (``solver_core.blender_cloth_problem_parts``: Blender's springs, hinges, air drag and velocity damping) and
-for ``Cloth.cotton`` with SI gravity: the residual of ``solver_core.residual`` relative to the applied force
+for ``Cloth.cotton`` with SI gravity: the residual of ``solver_core.physics.residual`` relative to the applied force
 and the loss, under the backward-Euler and the linearized scheme, pinned rows and the two rows that wrap
 around the (non-looping) cache left out. Blender's sub-step grid is read from a cache baked with
 ``quality=1`` and ``time_scale / quality``, which takes exactly the same steps.
@@ -24,7 +24,7 @@ import bmesh
 import numpy as np
 
 import solver_core as sc
-from solver_core.residual import force_steps
+from solver_core.physics.residual import force_steps
 
 FPS = 24
 # Blender's damping of relative velocities along springs and across hinges, which BlenderCloth does not model.

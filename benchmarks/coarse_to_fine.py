@@ -15,7 +15,7 @@ import time
 import bpy
 
 import solver_core as sc
-from cyclic_loop_addon import scene_io
+from cyclic_loop_addon.pipeline import scene_reader
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,7 +33,7 @@ def main(argv=None):
     parser.add_argument("--iterations", type=int, default=12)
     args = parser.parse_args(argv)
     bpy.ops.wm.open_mainfile(filepath=os.path.join(ROOT, "sample_scenes", "flag.blend"))
-    gathered = scene_io.gather(scene_io.LoopSettings(objects=("Flag",), frame_start=49, frame_end=72))
+    gathered = scene_reader.gather(scene_reader.LoopSettings(objects=("Flag",), frame_start=49, frame_end=72))
     prob, init = gathered.problem, sc.crossfade_loop(gathered.source)
     _row("cache (crossfade)", 0.0, prob, prob.steps_of(init))
     coarse = sc.LoopProblem(prob.model, prob.n_frames, prob.dt, prob.r0, prob.r1, scheme=prob.scheme,

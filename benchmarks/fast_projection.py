@@ -16,12 +16,12 @@ import resource
 import time
 from dataclasses import replace
 
-from solver_core.fast_projection import FastProjectionDiverged, fast_projection
+from solver_core.optimize.fast_projection import FastProjectionDiverged, fast_projection
 from solver_core.options import DEFAULTS
-from solver_core.forward import simulate
-from solver_core.gauss_newton import GaussNewton
+from solver_core.physics.forward import simulate
+from solver_core.optimize.gauss_newton import GaussNewton
 from solver_core.io import load_problem
-from solver_core.residual import loss
+from solver_core.physics.residual import loss
 from solver_core.scenes.paper import SCENES
 
 

@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from solver_core.baselines import crossfade_loop
-from solver_core.forward import simulate
+from solver_core.physics.forward import simulate
 from solver_core.loop import make_loop
 from solver_core.scenes.paper import SCENES
 

@@ -9,7 +9,7 @@ Gathers the flag sample as ``bake.py`` does (frames 49-72, 4 sub-steps per frame
 - the residual of Blender's own sub-steps under the model: the flag baked again at quality 1 and Speed
   1/4 (the same steps, each a frame), relative to the net force |F_j| (the measure of
   ``blender_cloth_residual``, not the forces at play of ``sc.loop_metrics``); once under the model's
-  linearized scheme (``solver_core.scheme``: the angular springs and their damping taken at the step's
+  linearized scheme (``solver_core.physics.scheme``: the angular springs and their damping taken at the step's
   start, as ``SIM_mass_spring_force_spring_angular`` adds them, no Jacobian), once with every term
   linearized (no explicit terms).
 """
@@ -20,8 +20,8 @@ import bpy
 import numpy as np
 
 import solver_core as sc
-from cyclic_loop_addon import scene_io
-from solver_core import scheme
+from cyclic_loop_addon.pipeline import scene_reader
+from solver_core.physics import scheme
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,7 +30,7 @@ FRAMES = (49, 72)
 
 def gathered(first, last):
     bpy.ops.wm.open_mainfile(filepath=os.path.join(ROOT, "sample_scenes", "flag.blend"))
-    return scene_io.gather(scene_io.LoopSettings(objects=("Flag",), frame_start=first, frame_end=last))
+    return scene_reader.gather(scene_reader.LoopSettings(objects=("Flag",), frame_start=first, frame_end=last))
 
 
 def substep_cache(quality, frames):

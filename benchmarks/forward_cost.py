@@ -10,8 +10,8 @@ import time
 
 import numpy as np
 
-from solver_core.fast_projection import FastProjectionDiverged, fast_projection
-from solver_core.forward import mismatch_gradient, simulate
+from solver_core.optimize.fast_projection import FastProjectionDiverged, fast_projection
+from solver_core.physics.forward import mismatch_gradient, simulate
 from solver_core.io import load_problem
 
 

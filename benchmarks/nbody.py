@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from solver_core.forward import simulate
+from solver_core.physics.forward import simulate
 from solver_core.loop import make_loop
-from solver_core.residual import loss
+from solver_core.physics.residual import loss
 from solver_core.result import CONVERGED, CONVERGED_WITH_SEAM
 from solver_core.scenes.nbody import nbody_problem
 

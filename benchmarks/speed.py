@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from solver_core.forward import simulate
-from solver_core.gauss_newton import GaussNewton
+from solver_core.physics.forward import simulate
+from solver_core.optimize.gauss_newton import GaussNewton
 from solver_core.scenes.speed_problems import PROBLEMS, swing_problem
 
 

@@ -11,7 +11,7 @@ import resource
 import time
 
 import solver_core as sc
-from solver_core.gauss_newton import GaussNewton
+from solver_core.optimize.gauss_newton import GaussNewton
 
 
 def main(argv=None):

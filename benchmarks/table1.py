@@ -9,7 +9,7 @@ import argparse
 import time
 
 from solver_core.baselines import crossfade_loop
-from solver_core.forward import simulate
+from solver_core.physics.forward import simulate
 from solver_core.loop import make_loop
 from solver_core.metrics import loop_metrics
 from solver_core.scenes.paper import SCENES

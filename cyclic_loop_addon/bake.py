@@ -28,13 +28,16 @@ import traceback
 
 import bpy
 
-from . import files, gltf, limits, pipeline, scene_io, task_files
-from .presets import PRESETS
-from .progress import Progress
+from .outputs import files, gltf
+from . import limits
+from .pipeline import stages, scene_reader
+from .jobs import task_files
+from .ui.presets import PRESETS
+from .report.progress import Progress
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
-from .solver import sc
-from .outputs import OUTPUTS
-from .verdict import verdict_lines
+from .core import sc
+from .outputs.catalog import OUTPUTS
+from .report.verdict import verdict_lines
 from .vocabulary import ITERATIONS, MODEL_DEFAULTS, MODELS, SCHEMES, names
 
 
@@ -112,10 +115,10 @@ def _say(text):
 
 def _settings(args):
     """The LoopSettings of ``args`` in the open scene, the options not given from the model's defaults
-    (``scene_io.with_defaults``: the same as the panel's selection)."""
+    (``scene_reader.with_defaults``: the same as the panel's selection)."""
     names = object_names(args.object, bpy.data.objects)
     a, b = args.frames if args.frames else (None, None)
-    return scene_io.with_defaults(scene_io.LoopSettings(
+    return scene_reader.with_defaults(scene_reader.LoopSettings(
         objects=names, frame_start=a, frame_end=b, model=args.model, init=args.init, scheme=args.scheme,
         substeps=args.substeps, iterations=args.iterations, tolerance=args.tol, physics_tolerance=args.physics_tol,
         soft=args.soft,
@@ -166,7 +169,7 @@ def _check_objects(args):
         return
     if args.object:
         raise LoopInputError("--object needs an object name")
-    simulated = [ob.name for ob in bpy.data.objects if scene_io.physics_modifier(ob) is not None]
+    simulated = [ob.name for ob in bpy.data.objects if scene_reader.physics_modifier(ob) is not None]
     raise LoopInputError("give the simulated object with --object NAME (repeat it for N bodies); objects with "
                          f"Cloth or Soft Body in this file: {', '.join(simulated) or 'none'}")
 
@@ -196,7 +199,7 @@ def _progress(progress):
 
 
 def run(args):
-    """Gather, solve, write and export as ``args`` say (pipeline.py); returns the report dict."""
+    """Gather, solve, write and export as ``args`` say (pipeline/stages.py); returns the report dict."""
     source = _open(args)
     _check_outputs(args)
     _check_objects(args)
@@ -207,7 +210,7 @@ def run(args):
     progress = Progress(settings.iterations, settings.init, physics_tol=settings.physics_tolerance)
     paths = {out.name: (getattr(args, out.name), f"--{out.name}") for out in OUTPUTS if getattr(args, out.name)}
     _say(f"{progress.line()} ({source})")
-    job = pipeline.prepare(settings, paths, overwrite=args.overwrite, may_replace_input=("--output",))
+    job = stages.prepare(settings, paths, overwrite=args.overwrite, may_replace_input=("--output",))
     gathered = job.gathered
     prob = gathered.problem
     need = limits.estimate_bytes(prob.n_frames, prob.substeps, prob.n_vertices, prob.scheme,
@@ -231,7 +234,7 @@ def run(args):
         _say(progress.line())
 
     with files.all_or_nothing():        # every output complete, or none of them
-        pipeline.run(job, paths, keys=bool(args.output), attach=bool(args.output), on_write=writing)
+        stages.run(job, paths, keys=bool(args.output), attach=bool(args.output), on_write=writing)
     _say("wrote " + ", ".join(getattr(args, o.name) for o in OUTPUTS if getattr(args, o.name)))
     for line in verdict_lines(job.report) + sc.format_report(job.report):
         _say(line)

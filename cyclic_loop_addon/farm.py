@@ -29,10 +29,11 @@ import shlex
 import subprocess
 import time
 
-from . import batch as batch_file
-from . import files, openjd
+from .jobs import batch as batch_file
+from .outputs import files
+from .jobs import openjd
 from .errors import LoopError
-from .task_files import finished
+from .jobs.task_files import finished
 
 BAKE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bake.py")
 EXIT_STATUS = {0: "done", 2: "failed: bad input", 3: "failed: solver"}

@@ -1,12 +1,12 @@
 """Bounds checked before any array is made: numbers in range and the solve's memory. No bpy.
 
-The memory estimate is the solver's own (``solver_core.memory.peak_bytes``, from the problem's size and
+The memory estimate is the solver's own (``solver_core.optimize.memory.peak_bytes``, from the problem's size and
 scheme), compared with the memory this process can still use.
 """
 import os
 
 from .errors import LoopInputError
-from .solver import sc
+from .core import sc
 
 MAX_FRAME = 1048574             # Blender's last frame (MAXFRAME)
 MAX_SUBSTEPS = 10000
@@ -48,7 +48,7 @@ def estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms=False,
     """Peak memory (bytes) of a solve of this size (``velocity_terms``: Blender cloth's damping;
     ``explicit_terms``: on Blender's own sub-steps, its hinges taken explicitly; ``soft_frames``: soft
     first frames)."""
-    return sc.memory.peak_bytes(max(n_vertices, 1), n_frames * max(substeps, 1), scheme, velocity_terms,
+    return sc.optimize.memory.peak_bytes(max(n_vertices, 1), n_frames * max(substeps, 1), scheme, velocity_terms,
                                 explicit_terms, soft_frames)
 
 

@@ -1,8 +1,8 @@
 """The add-on's words, defined once: models, methods and their labels, the labels of the solver's schemes
 and initial guesses (whose names solver_core defines), the default iteration cap and each model's solver
 defaults. bake.py's argparse choices and defaults, the panel's EnumProperty items, its selection's
-settings and presets, and scene_io's validation are all derived from these tables. No bpy."""
-from .solver import sc
+settings and presets, and scene_reader's validation are all derived from these tables. No bpy."""
+from .core import sc
 
 ITERATIONS = 50     # the add-on's default Gauss–Newton iteration cap (panel, bake.py, scripts)
 
@@ -59,7 +59,7 @@ SCHEME_OF_MODEL = {"blender_cloth": "linearized", "shell": "backward", "soft_bod
 # cloth loop may leave the cache's first two frames for a motion that closes (docs/design/defaults.md:
 # softness).
 SOFTNESS = 1000.0
-# The solver defaults of each model, read by the panel's selection (scene_io.physics_defaults), its
+# The solver defaults of each model, read by the panel's selection (scene_reader.physics_defaults), its
 # presets and bake.py, so they cannot drift: the initial guess, the solver steps per frame (0: the
 # physics' own, a cloth's quality) and ``soft`` (0: hard initial conditions, else eps). Blender cloth
 # solves on the frame grid with soft first frames, from its cache and from the solver's own simulation

@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import build_samples as bs  # noqa: E402
 import solver_core as sc  # noqa: E402
-from cyclic_loop_addon import scene_io  # noqa: E402
+from cyclic_loop_addon.pipeline import scene_reader  # noqa: E402
 
 
 def main(out):
@@ -28,7 +28,7 @@ def main(out):
     bpy.ops.object.effector_add(type="WIND", location=(-1.0, 0.0, 2.0), rotation=(0.0, math.pi / 2, 0.6))
     bpy.context.active_object.field.strength = 10.0
     bs._bake(obj, mod)
-    gathered = scene_io.gather(scene_io.LoopSettings(objects=("Flag",), frame_start=30, frame_end=77))
+    gathered = scene_reader.gather(scene_reader.LoopSettings(objects=("Flag",), frame_start=30, frame_end=77))
     prob = gathered.problem
     sc.save_problem(out, prob)
     print(f"{prob.n_vertices} vertices, {prob.n_frames} frames x {prob.substeps} substeps, {prob.scheme}: {out}")

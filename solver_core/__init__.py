@@ -6,14 +6,14 @@ its tuning (``Options``), the result and its figures (``LoopResult``, ``residual
 ``loop_metrics``, ``loop_report``), files (``save_problem`` ... ``load_result``) and failures. The other
 names imported here are the add-on's and the tests' way in until they import the submodules themselves.
 """
-from .models.base import ForceTerm, Model, VelocityTerm, sample_periodic
-from .models.nbody import NBody, NBodyGravity
+from .physics.models.base import ForceTerm, Model, VelocityTerm, sample_periodic
+from .physics.models.nbody import NBody, NBodyGravity
 from .problem import LoopProblem
-from .scheme import SCHEMES
-from .residual import residual, loss
-from .forward import simulate, SimulationFailed
-from .fast_projection import fast_projection, FastProjectionDiverged
-from .gauss_newton import GaussNewton
+from .physics.scheme import SCHEMES
+from .physics.residual import residual, loss
+from .physics.forward import simulate, SimulationFailed
+from .optimize.fast_projection import fast_projection, FastProjectionDiverged
+from .optimize.gauss_newton import GaussNewton
 from .loop import make_loop, LoopResult, TOL, PHYSICS_TOL, MAX_ITERS, INITS
 from .options import Options, DEFAULTS
 from .result import Result, halts
@@ -22,17 +22,17 @@ from .report import loop_report, format_report, progress_line, parse_progress, v
 from .baselines import forward_loop, crossfade_loop
 from .metrics import loop_metrics
 from .io import save_problem, load_problem, save_result, load_result
-from .models.cloth import Cloth, MembraneTerm, BendingTerm
-from .models.blender_cloth import BlenderCloth
-from .models.external import Gravity, Wind, WindFlow
-from .models.softbody import SoftBody, ElasticTetTerm
-from .models.contact import FloorContact, SphereContact, MeshContact
-from . import tetmesh
-from . import memory
-from .models.blender_settings import (blender_cloth_problem_parts, blender_soft_body_problem_parts,
-                                      blender_gravity, CLOTH_SETTINGS_DEFAULTS, SOFT_BODY_SETTINGS)
-from .blender_scene import (MeshScene, BodiesScene, Collider, mesh_parts, bodies_parts,
-                            problem_from_parts)
+from .physics.models.cloth import Cloth, MembraneTerm, BendingTerm
+from .physics.models.blender_cloth import BlenderCloth
+from .physics.models.external import Gravity, Wind, WindFlow
+from .physics.models.softbody import SoftBody, ElasticTetTerm
+from .physics.models.contact import FloorContact, SphereContact, MeshContact
+from .physics import tetmesh
+from .optimize import memory
+from .physics.models.blender_settings import (blender_cloth_problem_parts, blender_soft_body_problem_parts,
+                                              blender_gravity, CLOTH_SETTINGS_DEFAULTS, SOFT_BODY_SETTINGS)
+from .physics.blender_scene import (MeshScene, BodiesScene, Collider, mesh_parts, bodies_parts,
+                                    problem_from_parts)
 
 __all__ = [
     # the problem

@@ -22,7 +22,7 @@ import numpy as np
 
 from .clip_loop import CLIP_INITS, LoopFailed, crossfade_clip, loop_clip
 from .io import load_problem, save_result
-from .linsolve import BACKENDS
+from .optimize.linsolve import BACKENDS
 from .loop import make_loop
 from .metrics import loop_metrics
 from .options import MAX_ITERS, PHYSICS_TOL, TOL

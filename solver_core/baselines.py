@@ -1,7 +1,7 @@
 """The loops artists make today, for comparison: the forward simulation looped as-is, and a crossfade."""
 import numpy as np
 
-from .forward import simulate
+from .physics.forward import simulate
 
 
 def forward_loop(prob):

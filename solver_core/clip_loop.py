@@ -7,9 +7,9 @@ import time
 import numpy as np
 
 from .baselines import crossfade_loop
-from .forward import SimulationFailed
-from .gauss_newton import choose_backend
-from .linsolve import make_backend
+from .physics.forward import SimulationFailed
+from .optimize.gauss_newton import choose_backend
+from .optimize.linsolve import make_backend
 from .loop import LoopResult, make_loop
 from .metrics import loop_metrics, unseen, wrap_ratio
 from .options import DEFAULTS, MAX_ITERS, PHYSICS_TOL, TOL

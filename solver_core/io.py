@@ -15,7 +15,7 @@ import zipfile
 import numpy as np
 
 from .loop import LoopResult
-from .models.base import Term
+from .physics.models.base import Term
 from .problem import LoopProblem
 
 FORMAT_VERSION = 1
@@ -66,7 +66,7 @@ def _decode(value, arrays, classes):
         if "__list__" in value:
             return [_decode(v, arrays, classes) for v in value["__list__"]]
         if "__term__" in value:
-            # files saved before names were relative hold "solver_core.models...."
+            # files saved before names were relative hold "solver_core.physics.models...."
             cls = classes.get(value["__term__"]) or classes.get(value["__term__"].rpartition("solver_core.")[2])
             if cls is None:
                 raise ValueError(f"unknown force model {value['__term__']!r} in the file")

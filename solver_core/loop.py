@@ -3,13 +3,13 @@ import time
 
 import numpy as np
 
-from .forward import SimulationFailed
-from .gauss_newton import GaussNewton, choose_backend
-from .linsolve import make_backend
+from .physics.forward import SimulationFailed
+from .optimize.gauss_newton import GaussNewton, choose_backend
+from .optimize.linsolve import make_backend
 from .metrics import SEAMLESS_RATIO, loop_metrics, seam_statistics, seamless, unseen
 from .options import DEFAULTS, MAX_ITERS, TOL
 from .options import PHYSICS_TOL  # noqa: F401  (the package's name for it)
-from .residual import loss
+from .physics.residual import loss
 from .result import CANCELLED, CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS, Result
 from .starts import initial_guess, race, shifted_callback
 from .starts import INITS, closed_forward, on_solver_grid  # noqa: F401  (the package's names for them)

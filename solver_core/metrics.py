@@ -2,7 +2,7 @@
 import numpy as np
 
 from .options import SEAMLESS_RATIO   # noqa: F401 (re-exported: its callers read it here)
-from .residual import force_steps, loss, residual_steps
+from .physics.residual import force_steps, loss, residual_steps
 
 
 def _rms(x):

@@ -1,8 +1,8 @@
 """The loop problem: a model, a periodic time grid, initial conditions and pins."""
 import numpy as np
 
-from .models.base import sample_periodic
-from .scheme import SCHEMES
+from .physics.models.base import sample_periodic
+from .physics.scheme import SCHEMES
 
 
 def _finite_array(name, value, shape):

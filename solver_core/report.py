@@ -9,7 +9,7 @@ import numpy as np
 import scipy
 
 from .baselines import crossfade_loop
-from .forward import simulate
+from .physics.forward import simulate
 from .metrics import loop_metrics
 
 _PROGRESS = re.compile(r"^\[(\w+)\] iteration +(-?\d+)  loss (\S+)(?:  residual (\S+))?$")

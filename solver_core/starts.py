@@ -11,12 +11,12 @@ import time
 import numpy as np
 
 from .baselines import crossfade_loop
-from .fast_projection import FastProjectionDiverged, fast_projection
-from .forward import SimulationFailed, simulate
+from .optimize.fast_projection import FastProjectionDiverged, fast_projection
+from .physics.forward import SimulationFailed, simulate
 from .options import DEFAULTS
-from .residual import loss
+from .physics.residual import loss
 from .result import CONVERGED, NO_PROGRESS, Result, halts
-from .reversible import reversible, two_sided_guess
+from .optimize.reversible import reversible, two_sided_guess
 
 INITS = ("fast_projection", "forward", "crossfade")
 

@@ -13,7 +13,7 @@ if ROOT not in sys.path:
 
 import bpy  # noqa: E402
 
-from cyclic_loop_addon import scene_io  # noqa: E402
+from cyclic_loop_addon.pipeline import scene_reader  # noqa: E402
 
 # sample name -> objects to loop
 SAMPLES = {
@@ -44,7 +44,7 @@ def settings(name, **overrides):
     a, b = bpy.context.scene["loop_frames"]
     values = dict(objects=SAMPLES[name], frame_start=a, frame_end=b)
     values.update(overrides)
-    return scene_io.LoopSettings(**values)
+    return scene_reader.LoopSettings(**values)
 
 
 def sha256(path):

@@ -62,7 +62,7 @@ def assert_velocity_jacobian_matches(term, q, v, t, eps=1e-6, rtol=1e-5):
 def residual_jacobians(prob, q, eps=1e-6):
     """(assembled, central-difference) residual Jacobians, dense, of ``prob`` at the trajectory ``q`` (active
     rows, free columns)."""
-    from solver_core.residual import ResidualJacobian, residual_steps
+    from solver_core.physics.residual import ResidualJacobian, residual_steps
     jac = ResidualJacobian(prob)
     J = jac.assemble(q).toarray()
     fd = np.zeros_like(J)
@@ -88,7 +88,7 @@ def assert_adjoint_gradient_matches(prob, scale, seed=5, eps=1e-6):
     """The adjoint gradient of the closure mismatch G at random controls of size ``scale`` equals a central
     difference along a random direction (the first control, before the first step, held)."""
     import solver_core as sc
-    from solver_core.forward import mismatch, mismatch_gradient
+    from solver_core.physics.forward import mismatch, mismatch_gradient
     L = prob.n_steps
     rng = np.random.default_rng(seed)
     u = scale * rng.normal(size=(L + 1, prob.n_vertices, 3))

@@ -142,7 +142,7 @@ def snapshot(obj):
 
 def solving_in():
     """Where the running Make Loop solves ("process" or "thread"), None before it has started."""
-    job = sys.modules["cyclic_loop.cyclic_loop_addon.operators"]._job
+    job = sys.modules["cyclic_loop.cyclic_loop_addon.ui.operators"]._job
     return None if job is None else getattr(job, "where", "thread")
 
 
@@ -189,7 +189,7 @@ def steps():
     result["loop_tab_open"] = state["panel_draws"] > 0
     result["sidebar_width"] = region.width
     result["invalid_can_make_loop"] = bpy.ops.cyclic_loop.make_loop.poll()
-    selection = sys.modules["cyclic_loop.cyclic_loop_addon.selection"]
+    selection = sys.modules["cyclic_loop.cyclic_loop_addon.ui.selection"]
     result["invalid_reason"] = selection.problem(bpy.context)
     run.message = "Not started: an old message"
     screenshot("panel_invalid")
@@ -323,7 +323,7 @@ def steps():
     result["run3_message"] = run.message
     result["run3_verdict"] = json.loads(run.verdict)
     result["run3_verdict_fit"] = text_fits([t for v in result["run3_verdict"] for t in (v["headline"], v["detail"])])
-    result["run3_seam_icon"] = sys.modules["cyclic_loop.cyclic_loop_addon.run_report"].seam_icon()
+    result["run3_seam_icon"] = sys.modules["cyclic_loop.cyclic_loop_addon.ui.last_run"].seam_icon()
     screenshot("panel_verdict")
     run.show_details = True
     for _ in range(4):              # drawn open, so the sidebar can scroll down to them

@@ -78,7 +78,7 @@ def loop_keys(obj):
 def test_installed_through_extension_machinery(installed):
     assert installed.__file__.startswith(os.environ["BLENDER_USER_EXTENSIONS"])
     # The bundled package, not the checkout, provides the pipeline.
-    assert sys.modules[MODULE + ".cyclic_loop_addon.solver"].sc.__name__ == MODULE + ".solver_core"
+    assert sys.modules[MODULE + ".cyclic_loop_addon.core"].sc.__name__ == MODULE + ".solver_core"
 
 
 def test_register_unregister_register(installed):
@@ -157,12 +157,12 @@ def test_crossfade_baseline(installed):
 
 def test_second_make_loop_refused_and_cancel_writes_nothing(installed):
     obj, settings = open_sample("flag")
-    operators = sys.modules[MODULE + ".cyclic_loop_addon.operators"]
-    worker = sys.modules[MODULE + ".cyclic_loop_addon.worker"]
-    scene_io = sys.modules[MODULE + ".cyclic_loop_addon.scene_io"]
+    operators = sys.modules[MODULE + ".cyclic_loop_addon.ui.operators"]
+    worker = sys.modules[MODULE + ".cyclic_loop_addon.pipeline.solve_job"]
+    scene_reader = sys.modules[MODULE + ".cyclic_loop_addon.pipeline.scene_reader"]
     options = operators.loop_settings(obj, settings, bpy.context)
     options.iterations = 10_000
-    job = worker.SolveJob(scene_io.gather(options), options)
+    job = worker.SolveJob(scene_reader.gather(options), options)
     operators._job = job
     try:
         job.start()
@@ -175,7 +175,7 @@ def test_second_make_loop_refused_and_cancel_writes_nothing(installed):
     assert loop_keys(obj) == [] and obj.get("cyclic_loop") is None
 
 
-# The modal Make Loop solves in a child Python process (worker.SolveJob with python="auto"). The bpy
+# The modal Make Loop solves in a child Python process (solve_job.SolveJob with python="auto"). The bpy
 # module has no event loop, so these tests run that job directly, on the installed extension (whose
 # module names, bl_ext.<repo>.cyclic_loop..., the child must reproduce to read the saved problem).
 
@@ -186,10 +186,10 @@ def addon_module(name):
 
 def quick_job(obj, settings, iterations=1, init="cache", frames=12, **job_options):
     """A SolveJob of a short, quick solve of the open sample (a crossfade of the cache as initial guess)."""
-    options = addon_module("operators").loop_settings(obj, settings, bpy.context)
+    options = addon_module("ui.operators").loop_settings(obj, settings, bpy.context)
     options.iterations, options.init = iterations, init
     options.frame_end = options.frame_start + frames - 1
-    return addon_module("worker").SolveJob(addon_module("scene_io").gather(options), options, **job_options)
+    return addon_module("pipeline.solve_job").SolveJob(addon_module("pipeline.scene_reader").gather(options), options, **job_options)
 
 
 def wait_for_progress(job, timeout=120):
@@ -263,11 +263,11 @@ def test_the_crossfade_runs_in_the_child_too(installed):
 def test_the_python_search_does_not_block(installed, tmp_path):
     """A slow Python is probed in a child process that ``poll`` only looks at: each call returns at once,
     the answer comes when the probe ends, and it is kept for the session."""
-    solve_process = addon_module("solve_process")
+    child_solve = addon_module("pipeline.child_solve")
     slow = tmp_path / "python"
     slow.write_text("#!/bin/sh\nsleep 2\necho 'ModuleNotFoundError: No module named scipy' >&2\nexit 1\n")
     slow.chmod(0o755)
-    search = solve_process.Search([str(slow)])
+    search = child_solve.Search([str(slow)])
     t0 = time.monotonic()
     assert search.poll() is None and search.poll() is None
     assert search.wait(0.3) is None
@@ -276,7 +276,7 @@ def test_the_python_search_does_not_block(installed, tmp_path):
     assert time.monotonic() - t0 >= 2.0
     assert python is None and reason == f"{slow} cannot run the solver (ModuleNotFoundError: No module named scipy)"
     t1 = time.monotonic()
-    assert solve_process.Search([str(slow)]).poll() == (None, reason)
+    assert child_solve.Search([str(slow)]).poll() == (None, reason)
     assert time.monotonic() - t1 < 0.5
 
 
@@ -339,7 +339,7 @@ def test_panel_writes_the_engine_and_web_outputs(installed, tmp_path, output, na
     assert bpy.context.scene.cyclic_loop_run.message == f"Loop written as {name.split('/')[0]}"
     assert (tmp_path / name).stat().st_size > 0 and loop_keys(obj) == []
     if output == "WEB":
-        shipped = os.path.join(os.path.dirname(addon_module("web_preview").__file__), "three", "three.module.js")
+        shipped = os.path.join(os.path.dirname(addon_module("outputs.web_preview").__file__), "three", "three.module.js")
         assert os.path.isfile(shipped)
         page = (tmp_path / name).read_text()
         assert '<script type="importmap">{"imports": {"three-core": "data:text/javascript;base64,' in page

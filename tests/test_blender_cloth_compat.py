@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from solver_core.models.blender_cloth import BlenderCloth
+from solver_core.physics.models.blender_cloth import BlenderCloth
 
 REST = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [2.0, 1.0, 0.0]])
 FACES = [(0, 1, 2, 3), (1, 4, 5, 2)]

@@ -72,7 +72,7 @@ def legacy_addon(tmp_path_factory):
 def test_installs_as_legacy_addon(legacy_addon):
     assert legacy_addon.__file__.startswith(os.environ["BLENDER_USER_SCRIPTS"])
     assert legacy_addon.bl_info["blender"] <= bpy.app.version
-    assert sys.modules["cyclic_loop.cyclic_loop_addon.solver"].sc.__name__ == "cyclic_loop.solver_core"
+    assert sys.modules["cyclic_loop.cyclic_loop_addon.core"].sc.__name__ == "cyclic_loop.solver_core"
 
 
 def test_register_unregister_register(legacy_addon):
@@ -110,13 +110,13 @@ def test_make_loop_in_blender(legacy_addon, flag_blend):
 def test_solve_in_a_child_process(legacy_addon, flag_blend):
     """Make Loop's background solve runs in a child Python found from this Blender (its sys.executable
     or the system Python 3.11 Debian's Blender is built on) and gives the loop of the in-thread solve."""
-    worker = sys.modules["cyclic_loop.cyclic_loop_addon.worker"]
-    scene_io = sys.modules["cyclic_loop.cyclic_loop_addon.scene_io"]
+    worker = sys.modules["cyclic_loop.cyclic_loop_addon.pipeline.solve_job"]
+    scene_reader = sys.modules["cyclic_loop.cyclic_loop_addon.pipeline.scene_reader"]
     bpy.ops.wm.open_mainfile(filepath=flag_blend)
     start = bpy.context.scene["loop_frames"][0]
-    options = scene_io.LoopSettings(objects=("Flag",), frame_start=start, frame_end=start + 11, substeps=1,
+    options = scene_reader.LoopSettings(objects=("Flag",), frame_start=start, frame_end=start + 11, substeps=1,
                                     iterations=1, init="cache")
-    gathered = scene_io.gather(options)
+    gathered = scene_reader.gather(options)
     in_process, in_thread = worker.SolveJob(gathered, options, python="auto"), worker.SolveJob(gathered, options)
     in_process.run()
     in_thread.run()
@@ -129,7 +129,7 @@ def test_solve_in_a_child_process(legacy_addon, flag_blend):
 def test_pc2_export_with_mesh_cache_modifier(legacy_addon, flag_blend, tmp_path):
     """Output PC2: the file is written and played by a looping Mesh Cache modifier that takes the cloth
     modifier's place in the stack (Blender 3.4 has no ``modifiers.move``: the operator moves it)."""
-    export = sys.modules["cyclic_loop.cyclic_loop_addon.export"]
+    export = sys.modules["cyclic_loop.cyclic_loop_addon.outputs.export"]
     scene, obj, settings = _flag_with_defaults(flag_blend)
     settings.output, settings.filepath = "PC2", str(tmp_path / "flag_loop")
     assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
@@ -163,7 +163,7 @@ def test_engine_and_web_outputs(legacy_addon, flag_blend, tmp_path):
     import struct
 
     import numpy as np
-    vat = sys.modules["cyclic_loop.cyclic_loop_addon.vat"]
+    vat = sys.modules["cyclic_loop.cyclic_loop_addon.outputs.vat"]
     scene, obj, settings = _flag_with_defaults(flag_blend)
     settings.method = "crossfade"
     n_frames, n = settings.frame_end - settings.frame_start + 1, len(obj.data.vertices)

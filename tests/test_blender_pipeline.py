@@ -13,10 +13,12 @@ import bmesh  # noqa: E402
 
 from blender_helpers import (ROOT, SAMPLES, evaluated_local, evaluated_locations, open_sample,  # noqa: E402
                              sample_path, settings, sha256)
-from cyclic_loop_addon import bake, export, scene_io, solve, writeback  # noqa: E402
-from cyclic_loop_addon import verdict as words  # noqa: E402
+from cyclic_loop_addon import bake  # noqa: E402
+from cyclic_loop_addon.outputs import export, writeback
+from cyclic_loop_addon.pipeline import scene_reader, solve
+from cyclic_loop_addon.report import verdict as words  # noqa: E402
 from cyclic_loop_addon.errors import LoopInputError, LoopSolveError  # noqa: E402
-from cyclic_loop_addon.solver import sc  # noqa: E402
+from cyclic_loop_addon.core import sc  # noqa: E402
 
 
 def _loop_of(gathered, shift=0.0):
@@ -31,7 +33,7 @@ def _loop_of(gathered, shift=0.0):
 def test_gather_reads_each_sample(name):
     open_sample(name)
     s = settings(name)
-    g = scene_io.gather(s)
+    g = scene_reader.gather(s)
     prob = g.problem
     n_frames = s.frame_end - s.frame_start + 1
     assert prob.n_frames == g.n_frames == n_frames and g.source.shape == (n_frames, prob.n_vertices, 3)
@@ -79,7 +81,7 @@ def test_gather_reads_each_sample(name):
 
 def test_thin_shell_model_on_a_cloth_object_runs_in_seconds():
     open_sample("swing")
-    g = scene_io.gather(settings("swing", model="shell"))
+    g = scene_reader.gather(settings("swing", model="shell"))
     assert g.model_name == "shell" and "MembraneTerm" in {type(t).__name__ for t in g.problem.model.terms}
     np.testing.assert_allclose(g.problem.dt, 1 / 24)
     assert np.isfinite(sc.loss(g.problem, g.problem.steps_of(g.source)))
@@ -90,7 +92,7 @@ def test_thin_shell_model_on_a_cloth_object_runs_in_seconds():
 
 def test_shape_keys_play_as_a_loop_forever():
     open_sample("flag")
-    g = scene_io.gather(settings("flag"))
+    g = scene_reader.gather(settings("flag"))
     obj = bpy.data.objects["Flag"]
     q = _loop_of(g)
     writeback.write_back(g, q)
@@ -109,9 +111,9 @@ def test_shape_keys_play_as_a_loop_forever():
 def test_running_twice_replaces_the_loop_and_reads_the_simulation_again():
     open_sample("ribbons")
     s = settings("ribbons")
-    first = scene_io.gather(s)
+    first = scene_reader.gather(s)
     writeback.write_back(first, _loop_of(first))
-    second = scene_io.gather(s)
+    second = scene_reader.gather(s)
     np.testing.assert_allclose(second.source, first.source)   # the cache, not the written loop
     q = _loop_of(second, shift=0.25)
     writeback.write_back(second, q)
@@ -132,7 +134,7 @@ def test_running_twice_replaces_the_loop_and_reads_the_simulation_again():
 
 def test_bodies_get_cyclic_location_keys_and_can_be_restored():
     open_sample("planets")
-    g = scene_io.gather(settings("planets", frame_start=1, frame_end=48))
+    g = scene_reader.gather(settings("planets", frame_start=1, frame_end=48))
     objects = [bpy.data.objects[n] for n in SAMPLES["planets"]]
     source_action = objects[1].animation_data.action
     simulated = evaluated_locations(objects, 60)
@@ -142,7 +144,7 @@ def test_bodies_get_cyclic_location_keys_and_can_be_restored():
         np.testing.assert_allclose(evaluated_locations(objects, frame), q[frame - 1], atol=1e-5)
         np.testing.assert_allclose(evaluated_locations(objects, frame + 48), q[frame - 1], atol=1e-5)
         np.testing.assert_allclose(evaluated_locations(objects, frame - 96), q[frame - 1], atol=1e-5)
-    again = scene_io.gather(settings("planets", frame_start=1, frame_end=48))
+    again = scene_reader.gather(settings("planets", frame_start=1, frame_end=48))
     np.testing.assert_allclose(again.source, g.source)
     for ob in objects:
         writeback.remove_loop(ob)
@@ -155,7 +157,7 @@ def test_bodies_get_cyclic_location_keys_and_can_be_restored():
 
 def test_alembic_round_trip_through_blenders_importer(tmp_path):
     open_sample("swing")
-    g = scene_io.gather(settings("swing"))
+    g = scene_reader.gather(settings("swing"))
     q = _loop_of(g)
     path = str(tmp_path / "swing.abc")
     names = set(bpy.data.objects.keys())
@@ -177,7 +179,7 @@ def test_alembic_round_trip_through_blenders_importer(tmp_path):
 
 def test_pc2_reads_back_and_plays_as_a_loop(tmp_path):
     open_sample("flag")
-    g = scene_io.gather(settings("flag"))
+    g = scene_reader.gather(settings("flag"))
     q = _loop_of(g)
     path = str(tmp_path / "flag.pc2")
     export.export_pc2(g, q, path, attach=True)
@@ -265,7 +267,7 @@ def test_bad_input_is_refused_clearly_and_leaves_the_file_alone(tmp_path, name, 
     if mutate:
         mutate()
     with pytest.raises(LoopInputError, match=message):
-        scene_io.gather(settings(name, **overrides))
+        scene_reader.gather(settings(name, **overrides))
     assert sha256(path) == before
     assert all(writeback.MARKER not in ob for ob in bpy.data.objects)
 
@@ -273,14 +275,14 @@ def test_bad_input_is_refused_clearly_and_leaves_the_file_alone(tmp_path, name, 
 def test_unbaked_cache_can_be_baked_on_request():
     open_sample("flag")
     _free_bake()
-    g = scene_io.gather(settings("flag", bake_missing=True))
+    g = scene_reader.gather(settings("flag", bake_missing=True))
     assert bpy.data.objects["Flag"].modifiers["Cloth"].point_cache.is_baked and g.n_frames == 24
 
 
 def test_a_diverged_loop_writes_nothing(tmp_path):
     path = open_sample("flag", tmp_path)
     before = sha256(path)
-    g = scene_io.gather(settings("flag"))
+    g = scene_reader.gather(settings("flag"))
     q = _loop_of(g)
     q[3, 5] = np.nan
     with pytest.raises(LoopSolveError, match="diverged"):
@@ -323,7 +325,7 @@ def test_the_readme_main_jobs_loop_is_seamless_and_closer_to_physics_than_the_ca
     args = _readme_main_job()
     open_sample("flag")
     settings = bake._settings(args)
-    gathered = scene_io.gather(settings)
+    gathered = scene_reader.gather(settings)
     rep = solve.report(gathered, solve.solve(gathered, settings))
     assert rep["loop"]["velocity_jump_ratio"] <= 1.5        # seamless, as the verdict counts it
     assert rep["loop"]["residual_rel_mean"] < rep["source"]["residual_rel_mean"]
@@ -343,7 +345,7 @@ def test_bake_defaults_finish_a_seamless_loop_of_blender_cloth():
     assert (plain.frame_start, plain.frame_end) == (first + (last - first + 1) // 3, last)
     assert (plain.init, plain.substeps, plain.soft, plain.iterations) == ("cache_or_forward", 1, 1000.0, 50)
     settings = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Flag", "--frames", "49", "72"]))
-    gathered = scene_io.gather(settings)
+    gathered = scene_reader.gather(settings)
     rep = solve.report(gathered, solve.solve(gathered, settings))
     assert rep["success"] and rep["gauss_newton_iterations"] < settings.iterations     # converged, not capped
     assert rep["init_used"] == "cache"          # the simulation's start ends with a visible wrap (1.69x)
@@ -357,7 +359,7 @@ def test_cloth_defaults_keep_the_wave_of_a_flag_in_gusts():
     solver's own simulation and keeps that loop: the wave, seamless, nearly pure physics."""
     open_sample("flag_gusts")
     settings = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Flag", "--frames", "49", "72"]))
-    gathered = scene_io.gather(settings)
+    gathered = scene_reader.gather(settings)
     result = solve.solve(gathered, settings)
     rep = solve.report(gathered, result)
     assert rep["init_used"] == "forward" and rep["success"]
@@ -375,7 +377,7 @@ def test_cloth_defaults_drop_the_start_that_falls_behind():
     across both runs."""
     open_sample("ribbons")
     settings = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Ribbons", "--frames", "25", "48"]))
-    gathered = scene_io.gather(settings)
+    gathered = scene_reader.gather(settings)
     seen = []
     result = solve.solve(gathered, settings, callback=lambda info: seen.append(info["iteration"]))
     assert result.init_used == "forward" and result.success

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from solver_core.blender_scene import BLENDER_WIND_SCALE, CONTACT_LOAD
-from solver_core.models.contact import MeshContact
-from solver_core.models.external import Gravity, Wind
+from solver_core.physics.blender_scene import BLENDER_WIND_SCALE, CONTACT_LOAD
+from solver_core.physics.models.contact import MeshContact
+from solver_core.physics.models.external import Gravity, Wind
 from solver_core.scenes import meshes
 
 FPS = 24.0
@@ -23,7 +23,7 @@ def edges_of(tris):
 
 
 def cloth_scene(model="blender_cloth", physics=(), **overrides):
-    """A 3 x 3 cloth grid pinned at two corners, as scene_io would read it."""
+    """A 3 x 3 cloth grid pinned at two corners, as scene_reader would read it."""
     rest, tris = meshes.grid(3, 3, 1.0, 1.0)
     values = dict(model=model, physics={**sc.CLOTH_SETTINGS_DEFAULTS, **dict(physics)}, rest=rest, faces=list(tris),
                   tris=tris, edges=edges_of(tris), source=swinging(rest), fps=FPS, frame_step=2, gravity=G,

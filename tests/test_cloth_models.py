@@ -4,9 +4,9 @@ import pytest
 
 from derivatives import assert_jacobian_matches, assert_velocity_jacobian_matches
 from solver_core import BendingTerm, BlenderCloth, Cloth, Gravity, MembraneTerm, Wind, WindFlow
-from solver_core.models.blender_cloth import build_hinges, build_springs
-from solver_core.models.cloth import (COTTON_BENDING_STIFFNESS, COTTON_DENSITY, COTTON_THICKNESS, dihedral_angle,
-                                      triangle_areas)
+from solver_core.physics.models.blender_cloth import build_hinges, build_springs
+from solver_core.physics.models.cloth import (COTTON_BENDING_STIFFNESS, COTTON_DENSITY, COTTON_THICKNESS,
+                                              dihedral_angle, triangle_areas)
 
 N_SIDE = 4
 
@@ -272,7 +272,7 @@ def test_wind_jacobian_matches_finite_differences(per_frame):
 def test_wind_product_matches_its_jacobian_and_differences(per_frame):
     """Wind's matrix-free dF/dq s (the linearized scheme's residual takes it every step) equals its assembled
     Jacobian times s to roundoff and central differences of its forces along s."""
-    from solver_core.models.base import pattern_product
+    from solver_core.physics.models.base import pattern_product
     x, tris, _ = grid()
     rng = np.random.default_rng(3)
     wind = rng.standard_normal((7, 3)) if per_frame else np.array([0.5, -2.0, 3.0])
@@ -504,7 +504,7 @@ def test_blender_angular_damping_jacobians_match_differences(mesh):
 @pytest.mark.parametrize("bending_model", ["angular", "linear"])
 def test_blender_spring_jacobian_derivative_matches_differences(bending_model):
     """The springs' analytic Jacobian derivative along s (linearized scheme) against central differences."""
-    from solver_core.models.base import jacobian_difference
+    from solver_core.physics.models.base import jacobian_difference
     x, _, quads = grid()
     cloth = BlenderCloth(x, quads.tolist(), 0.3, 15.0, 10.0, 5.0, 0.5, bending_model=bending_model)
     rng = np.random.default_rng(9)
@@ -521,7 +521,7 @@ def test_blender_spring_jacobian_derivative_matches_differences(bending_model):
 def test_blender_angular_jacobian_derivative_matches_differences(mesh):
     """Each hinge term's analytic Jacobian derivative along s (linearized scheme) against central differences of
     its Jacobian, per term; a zero step gives zero, and the derivative is linear in s."""
-    from solver_core.models.base import jacobian_difference
+    from solver_core.physics.models.base import jacobian_difference
     x, tris, quads = grid()
     faces = {"quads": quads.tolist(), "triangles": tris.tolist(),
              "mixed": quads[:4].tolist() + np.concatenate([quads[4:, [0, 1, 2]], quads[4:, [0, 2, 3]]]).tolist()}[mesh]
@@ -544,7 +544,7 @@ def test_blender_angular_jacobian_derivative_matches_differences(mesh):
 def test_blender_jacobian_products_match_jacobian_and_differences(mesh):
     """Each Blender term's matrix-free dF/dq s equals its assembled Jacobian times s (to roundoff) and central
     differences of its forces along s; the model's product is the sum of its terms'."""
-    from solver_core.models.base import pattern_product
+    from solver_core.physics.models.base import pattern_product
     x, tris, quads = grid()
     faces = {"quads": quads.tolist(),
              "mixed": quads[:4].tolist() + np.concatenate([quads[4:, [0, 1, 2]], quads[4:, [0, 2, 3]]]).tolist()}[mesh]

@@ -6,19 +6,20 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from solver_core import gauss_newton, loop, metrics
-from solver_core.gauss_newton import GaussNewton
+from solver_core.optimize import gauss_newton
+from solver_core import loop, metrics
+from solver_core.optimize.gauss_newton import GaussNewton
 from solver_core.options import DEFAULTS
-from solver_core.residual import residual_steps
+from solver_core.physics.residual import residual_steps
 from solver_core.scenes.nbody import nbody_problem
 from solver_core.scenes.paper import SCENES
 from benchmarks.seam_plot import save_seam_plot, tracked_vertices
-from solver_core.structured_solve import StructuredBackend
+from solver_core.optimize.structured_solve import StructuredBackend
 from test_structured_blender_cloth import frame_grid_cloth
 from test_structured_solve import small_cloth
 from test_solver_core import ONE_SIDED
 
-residual = importlib.import_module("solver_core.residual")     # the module (sc.residual is its function)
+residual = importlib.import_module("solver_core.physics.residual")     # the module (sc.residual is its function)
 GN = DEFAULTS.gauss_newton
 SMOOTHING, ACCEL_MAX = GN.smoothing, GN.accel_max
 
@@ -135,7 +136,7 @@ def test_nbody_loops_after_a_failed_projection_converge_in_few_iterations(n_bodi
     # fast projection fails on both and the race runs; a rejected undamped step restarts the damping from where
     # it was switched off, not from 1e-4, where it crawls (docs/design/tuning.md: damping_restart), and the racers
     # share one symbolic analysis of the matrix
-    from solver_core import linsolve
+    from solver_core.optimize import linsolve
     if linsolve.cholmod is None:
         pytest.skip("scikit-sparse is not installed")
     analyze, calls = linsolve.cholmod.analyze, []
@@ -251,7 +252,7 @@ def test_table1_prints_each_scenes_row_before_the_next_scene_runs(monkeypatch, c
 
 
 def test_remaining_decrease_of_a_geometric_crawl_and_not_of_a_fall_that_just_ended():
-    from solver_core.gauss_newton import remaining
+    from solver_core.optimize.gauss_newton import remaining
     crawl = [1.0 + 0.9 ** k for k in range(60)]
     assert remaining(crawl) == pytest.approx(0.9 ** 59, rel=1e-9)            # exactly what is left
     assert remaining(crawl[:40]) == np.inf                                  # fewer than four windows

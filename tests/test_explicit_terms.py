@@ -5,8 +5,8 @@ import pytest
 
 import solver_core as sc
 from derivatives import assembled_jacobians, assert_adjoint_gradient_matches, quad_grid, residual_jacobians
-from solver_core import scheme
-from solver_core.models.blender_cloth import BlenderAngularDampingTerm, BlenderAngularTerm
+from solver_core.physics import scheme
+from solver_core.physics.models.blender_cloth import BlenderAngularDampingTerm, BlenderAngularTerm
 
 
 def blender_problem(pins=(0, 3), n_frames=4, bending="ANGULAR", scheme_name="linearized", **extra):

@@ -9,14 +9,16 @@ import tomllib
 import numpy as np
 import pytest
 
-from cyclic_loop_addon import batch as batch_file
-from cyclic_loop_addon import farm, files, openjd, task_files
+from cyclic_loop_addon.jobs import batch as batch_file
+from cyclic_loop_addon import farm
+from cyclic_loop_addon.outputs import files
+from cyclic_loop_addon.jobs import openjd, task_files
 from cyclic_loop_addon.errors import LoopInputError
 import solver_core as sc
 from derivatives import quad_grid
-from solver_core import memory
-from solver_core.gauss_newton import auto_structured
-from solver_core.structured_solve import LoopOperator
+from solver_core.optimize import memory
+from solver_core.optimize.gauss_newton import auto_structured
+from solver_core.optimize.structured_solve import LoopOperator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FARM_PY = os.path.join(ROOT, "cyclic_loop_addon", "farm.py")
@@ -189,7 +191,7 @@ def test_a_task_cancelled_with_sigterm_leaves_none_of_its_outputs(tmp_path):
     """A farm cancels a task with SIGTERM: the outputs written so far go, the exit status says why."""
     out = tmp_path / "a.pc2"
     script = (f"import os, signal, sys; sys.path.insert(0, {ROOT!r})\n"
-              "from cyclic_loop_addon.files import all_or_nothing\n"
+              "from cyclic_loop_addon.outputs.files import all_or_nothing\n"
               f"with all_or_nothing([{str(out)!r}], None):\n"
               f"    open({str(out)!r}, 'w').write('pc2')\n"
               "    os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -262,7 +264,7 @@ def test_cloth_memory_takes_the_default_frame_grid_and_loop_frames():
 
 def test_every_bake_output_counts_for_a_finished_task_and_can_be_batched(batch_path, tmp_path):
     import argparse
-    from cyclic_loop_addon.outputs import PRODUCTS
+    from cyclic_loop_addon.outputs.catalog import PRODUCTS
     vat = tmp_path / "loop_vat"
     args = argparse.Namespace(**{out.name: None for out in PRODUCTS}, json=str(tmp_path / "r.json"), skip_existing=True)
     args.vat, args.glb = str(vat), str(tmp_path / "loop.glb")

@@ -7,7 +7,7 @@ bpy = pytest.importorskip("bpy")
 
 import blender_helpers as bh  # noqa: E402  (puts the repository on sys.path)
 import cyclic_loop_addon  # noqa: E402
-from cyclic_loop_addon import batch  # noqa: E402
+from cyclic_loop_addon.jobs import batch  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -74,9 +74,9 @@ def test_probe_sizes_a_cloth_as_bake_py_solves_it(tmp_path):
     over the cache without its settle (frames 25-72, not the scene's 1-72). Its memory requirement is the
     solve's order of magnitude: 512 MiB against the 0.66 GiB measured (the direct solve's fill at this size is
     underestimated); from the quality and the scene range it had been 4 x 72 / 48 = 6 times the unknowns."""
-    from cyclic_loop_addon import farm_probe, openjd
+    from cyclic_loop_addon.jobs import probe, openjd
     bh.open_sample("flag", str(tmp_path))
-    size = farm_probe.sizes(["Flag"])["Flag"]
+    size = probe.sizes(["Flag"])["Flag"]
     assert (size["substeps"], size["physics_substeps"], size["frames"]) == (1, 4, [25, 72])
     mib = openjd.memory_mib(size, size["frames"], {})
     assert 0.7 * FLAG_DEFAULTS_PEAK_BYTES <= mib * openjd.MIB <= 1.4 * FLAG_DEFAULTS_PEAK_BYTES

@@ -8,8 +8,8 @@ import scipy.sparse.linalg as spla
 
 import solver_core as sc
 from counting import count_calls
-from solver_core.fast_projection import _Closure, _GramStep, _stop_reason
-from solver_core.forward import _ImplicitStep, mismatch_gradient
+from solver_core.optimize.fast_projection import _Closure, _GramStep, _stop_reason
+from solver_core.physics.forward import _ImplicitStep, mismatch_gradient
 from solver_core.options import DEFAULTS
 from solver_core.scenes.paper import SCENES
 from test_solver_core import small_cloth_problem, small_problem
@@ -55,7 +55,7 @@ def test_tangent_and_adjoint_sweeps_match_finite_differences(name):
 
 def test_dense_and_sparse_linearizations_agree(monkeypatch):
     # small systems keep their couplings dense (forward._DENSE_DOFS); the sweeps must not change
-    import solver_core.forward as forward
+    import solver_core.physics.forward as forward
     prob = PROBLEMS["nbody symplectic"]()
     L = prob.n_steps
     rng = np.random.default_rng(10)

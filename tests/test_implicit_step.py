@@ -5,9 +5,9 @@ import scipy.sparse.linalg as spla
 
 import solver_core as sc
 from counting import count_calls
-from solver_core import forward, scheme
-from solver_core.forward import _ImplicitStep
-from solver_core.models.external import Gravity, Wind
+from solver_core.physics import forward, scheme
+from solver_core.physics.forward import _ImplicitStep
+from solver_core.physics.models.external import Gravity, Wind
 from solver_core.scenes.speed_problems import cloth_grid
 from solver_core.scenes.paper import SCENES
 

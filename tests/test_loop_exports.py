@@ -10,16 +10,18 @@ import pytest
 bpy = pytest.importorskip("bpy")
 
 from blender_helpers import evaluated_local, open_sample, settings, sha256  # noqa: E402
-from cyclic_loop_addon import bake, export, gltf, scene_io, vat, web_preview, writeback  # noqa: E402
+from cyclic_loop_addon import bake  # noqa: E402
+from cyclic_loop_addon.outputs import export, gltf, vat, web_preview, writeback
+from cyclic_loop_addon.pipeline import scene_reader
 from cyclic_loop_addon.errors import LoopInputError  # noqa: E402
-from cyclic_loop_addon.solver import sc  # noqa: E402
+from cyclic_loop_addon.core import sc  # noqa: E402
 
 HALF_EPS = 2.0 ** -11       # half-float relative rounding
 
 
 def _flag():
     open_sample("flag")
-    g = scene_io.gather(settings("flag"))
+    g = scene_reader.gather(settings("flag"))
     return g, sc.crossfade_loop(g.source)
 
 
@@ -168,7 +170,7 @@ def test_alembic_and_pc2_hold_n_samples_with_a_frame_step(tmp_path):
     """A scene frame step S: the loop's N frames are S frames apart, and each file still holds N samples."""
     open_sample("flag")
     bpy.context.scene.frame_step = 2
-    g = scene_io.gather(settings("flag", frame_start=49, frame_end=72))
+    g = scene_reader.gather(settings("flag", frame_start=49, frame_end=72))
     n = g.n_frames
     assert (n, g.frame_step) == (12, 2)
     q = sc.crossfade_loop(g.source)
@@ -216,7 +218,7 @@ def test_web_page_embeds_the_loop_and_the_cache(tmp_path, name):
     """The page's data: both clips in world space, Y up, N frames; triangles for a mesh, points for bodies."""
     import base64
     open_sample(name)
-    g = scene_io.gather(settings(name))
+    g = scene_reader.gather(settings(name))
     q = sc.crossfade_loop(g.source)
     path = web_preview.write_page(g, q, str(tmp_path / "page.html"))
     html = open(path, encoding="utf-8").read()

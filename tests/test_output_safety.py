@@ -14,8 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from cyclic_loop_addon import batch as batch_file
-from cyclic_loop_addon import farm, files, openjd, web_page
+from cyclic_loop_addon.jobs import batch as batch_file
+from cyclic_loop_addon import farm
+from cyclic_loop_addon.outputs import files, web_page
+from cyclic_loop_addon.jobs import openjd
 from cyclic_loop_addon.errors import LoopInputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -194,7 +196,7 @@ def test_stale_temporaries_of_ended_writers_are_removed_live_ones_kept(tmp_path)
 
 KILLED = """import os, signal, sys
 sys.path.insert(0, {root!r})
-from cyclic_loop_addon import files
+from cyclic_loop_addon.outputs import files
 with files.all_or_nothing([{out!r}]):
     for name in ("loop.pc2", "loop.json"):
         with files.atomic_path(os.path.join({folder!r}, name), name) as tmp, open(tmp, "w") as f:
@@ -418,7 +420,7 @@ def test_the_web_page_keeps_hostile_names_as_text(name):
 
 CANCELLED = """import os, signal, sys
 sys.path.insert(0, {root!r})
-from cyclic_loop_addon.files import all_or_nothing
+from cyclic_loop_addon.outputs.files import all_or_nothing
 with all_or_nothing([{vat!r}, {pc2!r}], {report!r}):
     os.mkdir({vat!r})                      # the VAT export makes its folder first
     os.kill(os.getpid(), signal.SIGTERM)

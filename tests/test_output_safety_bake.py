@@ -12,9 +12,11 @@ import pytest
 
 from blender_helpers import evaluated_local, open_sample, settings
 
-from cyclic_loop_addon import bake, export, scene_io, writeback  # noqa: E402  (after bpy)
-from cyclic_loop_addon import batch as batch_file  # noqa: E402
-from cyclic_loop_addon.solver import sc  # noqa: E402
+from cyclic_loop_addon import bake  # noqa: E402  (after bpy)
+from cyclic_loop_addon.outputs import export, writeback
+from cyclic_loop_addon.pipeline import scene_reader
+from cyclic_loop_addon.jobs import batch as batch_file  # noqa: E402
+from cyclic_loop_addon.core import sc  # noqa: E402
 
 QUICK = ["--object", "Flag", "--frames", "49", "60", "--init", "cache", "--iterations", "1", "--substeps", "1"]
 
@@ -132,7 +134,7 @@ def test_the_loop_plays_exactly_over_the_artists_own_shape_keys(tmp_path):
     _user_key(obj, "OnTop", 0.03, 0.7, relative_to="Wave")
     obj.show_only_shape_key = True
     states = {kb.name: (kb.value, kb.mute, kb.relative_key.name) for kb in obj.data.shape_keys.key_blocks}
-    g = scene_io.gather(settings("flag"))
+    g = scene_reader.gather(settings("flag"))
     q = sc.crossfade_loop(g.source)
     local = writeback.local_loop(g, q)
     writeback.write_back(g, q)

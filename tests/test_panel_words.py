@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from cyclic_loop_addon import verdict as words
-from cyclic_loop_addon.advice import python_note
-from cyclic_loop_addon.progress import (MAX_MOVE, SHRINK, SOLVED, STOP_DECREASE, TYPICAL_ITERATIONS,
-                                        Progress, about, duration)
-from cyclic_loop_addon.seam_picture import seam_picture
-from cyclic_loop_addon.verdict import LINE_CHARS
+from cyclic_loop_addon.report import verdict as words
+from cyclic_loop_addon.report.advice import python_note
+from cyclic_loop_addon.report.progress import (MAX_MOVE, SHRINK, SOLVED, STOP_DECREASE, TYPICAL_ITERATIONS,
+                                               Progress, about, duration)
+from cyclic_loop_addon.report.seam_picture import seam_picture
+from cyclic_loop_addon.report.verdict import LINE_CHARS
 from solver_core.options import DEFAULTS
 from solver_core.result import CONVERGED, ITERATION_CAP
 
@@ -243,7 +243,7 @@ def test_seam_picture_marks_the_wrap_and_reads_back_as_png(tmp_path):
     loop[:, :, 2] = np.sin(2 * np.pi * t)[:, None] * np.array([1.0, 0.5, 0.2, 0.0])
     cache = loop + np.linspace(0, 0.5, 24)[:, None, None] * np.array([0, 0, 1.0])      # drifts: a jump at the wrap
     rgb = seam_picture(cache, loop, 1 / 24)
-    from cyclic_loop_addon.images import write_picture    # Blender's image API (bpy)
+    from cyclic_loop_addon.outputs.images import write_picture    # Blender's image API (bpy)
     with open(write_picture(str(tmp_path / "seam.png"), rgb), "rb") as fh:
         w, h, back = read_png(fh.read())
     assert (w, h) == (360, rgb.shape[0]) and np.array_equal(back, rgb)

@@ -20,7 +20,10 @@ from full_disk import run_on_tmpfs
 
 import bmesh  # noqa: E402  (importable once bpy is)
 
-from cyclic_loop_addon import bake, files, operators, scene_io, targets, writeback  # noqa: E402
+from cyclic_loop_addon import bake  # noqa: E402
+from cyclic_loop_addon.outputs import files, writeback
+from cyclic_loop_addon.ui import operators
+from cyclic_loop_addon.pipeline import scene_reader, targets
 from cyclic_loop_addon.errors import LoopInputError  # noqa: E402
 
 BAKE = os.path.join(ROOT, "cyclic_loop_addon", "bake.py")
@@ -105,7 +108,7 @@ def test_overwrite_lets_only_output_replace_the_input(tmp_path, capsys):
 
 def test_folder_outputs_are_guarded_too(tmp_path):
     """A folder output (such as vertex animation textures) may not be a file, the cache folder or the input."""
-    from cyclic_loop_addon import guard
+    from cyclic_loop_addon.outputs import guard
     path = open_sample("flag", tmp_path)
     cache = _disk_cache(tmp_path, path)
     before = _tree(tmp_path)
@@ -266,7 +269,7 @@ def test_bad_meshes_are_refused_in_the_users_terms(tmp_path, mutate, message):
     before = sha256(path)
     mutate()
     with pytest.raises(LoopInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        scene_io.gather(settings("flag", frame_start=49, frame_end=60))
+        scene_reader.gather(settings("flag", frame_start=49, frame_end=60))
     if bpy.context.object and bpy.context.object.mode == "EDIT":
         bpy.ops.object.mode_set(mode="OBJECT")
     assert sha256(path) == before and os.listdir(tmp_path) == ["flag.blend"]
@@ -279,10 +282,10 @@ def test_an_exploded_cache_is_refused():
     source[7] *= 1e6
     named = types.SimpleNamespace(name="Flag")
     with pytest.raises(LoopInputError, match="times the size of the mesh: the simulation exploded"):
-        scene_io._check_source(named, named, source, rest, frames)
+        scene_reader._check_source(named, named, source, rest, frames)
     source[7, 2, 1] = np.nan
     with pytest.raises(LoopInputError, match="invalid .NaN or infinite. positions at frame 7"):
-        scene_io._check_source(named, named, source, rest, frames)
+        scene_reader._check_source(named, named, source, rest, frames)
 
 
 @pytest.mark.parametrize("content, message", [
@@ -312,7 +315,7 @@ def test_keyboard_interrupt_is_one_line_and_status_130(tmp_path, capsys, monkeyp
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(scene_io, "gather", interrupted)
+    monkeypatch.setattr(scene_reader, "gather", interrupted)
     status, err = _bake([path, "--", *QUICK, "--output", str(tmp_path / "o.blend")], capsys)
     assert status == 130 and err.strip() == "[cyclic-loop] interrupted: nothing was written"
     assert os.listdir(tmp_path) == ["flag.blend"]
@@ -324,7 +327,7 @@ def test_an_unexpected_error_is_status_3_with_a_traceback_only_on_request(tmp_pa
 
     def broken(*args, **kwargs):
         raise RuntimeError("something nobody expected")
-    monkeypatch.setattr(scene_io, "gather", broken)
+    monkeypatch.setattr(scene_reader, "gather", broken)
     argv = [path, "--", *QUICK, "--output", str(tmp_path / "o.blend")] + (["--debug"] if debug else [])
     status, err = _bake(argv, capsys)
     last = err.strip().splitlines()[-1]
@@ -338,7 +341,7 @@ def test_an_unexpected_error_is_status_3_with_a_traceback_only_on_request(tmp_pa
 
 def _gathered_flag(tmp_path):
     open_sample("flag", tmp_path)
-    gathered = scene_io.gather(settings("flag", frame_start=49, frame_end=60, substeps=1))
+    gathered = scene_reader.gather(settings("flag", frame_start=49, frame_end=60, substeps=1))
     targets.remember(bpy.context.scene, targets.TARGETS, [bpy.data.objects["Flag"]])
     return gathered
 

@@ -3,11 +3,12 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from solver_core import loop, reversible
-from solver_core.forward import SimulationFailed
+from solver_core import loop
+from solver_core.optimize import reversible
+from solver_core.physics.forward import SimulationFailed
 from solver_core.metrics import jump_ratios
 from solver_core.options import DEFAULTS
-from solver_core.residual import residual_steps
+from solver_core.physics.residual import residual_steps
 from solver_core.scenes.nbody import nbody_problem
 from test_solver_core import small_problem
 

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from derivatives import assert_jacobian_matches
-from solver_core import tetmesh
-from solver_core.models.contact import FloorContact, MeshContact, SphereContact, penalty
-from solver_core.models.softbody import LAWS, ElasticTetTerm, SoftBody, lame_parameters
+from solver_core.physics import tetmesh
+from solver_core.physics.models.contact import FloorContact, MeshContact, SphereContact, penalty
+from solver_core.physics.models.softbody import LAWS, ElasticTetTerm, SoftBody, lame_parameters
 from solver_core.scenes import meshes
 
 # Three positively oriented tets sharing faces.

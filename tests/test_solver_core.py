@@ -10,13 +10,13 @@ import pytest
 import solver_core as sc
 from counting import count_calls
 from derivatives import assert_adjoint_gradient_matches, assert_jacobian_matches, residual_jacobians
-from solver_core import scheme
+from solver_core.physics import scheme
 from solver_core.options import DEFAULTS
-from solver_core.residual import penalty_terms, residual_steps
+from solver_core.physics.residual import penalty_terms, residual_steps
 from solver_core.scenes.nbody import nbody_problem
 
 # make_loop's "fast_projection" runs fast projection (and its race) on N bodies too, as on every problem that
-# is not reversible: by default N bodies start from the two-sided guess (solver_core.reversible).
+# is not reversible: by default N bodies start from the two-sided guess (solver_core.optimize.reversible).
 ONE_SIDED = replace(DEFAULTS, start=replace(DEFAULTS.start, two_sided=False))
 
 
@@ -203,7 +203,7 @@ def test_gauss_newton_never_increases_loss_and_beats_forward_by_1e4(n_bodies):
 
 def test_loop_metrics_evaluate_the_residual_once(monkeypatch):
     # the relative residual and the loss share one residual (seconds per evaluation on a large cloth)
-    metrics_module, residual_module = sys.modules["solver_core.metrics"], sys.modules["solver_core.residual"]
+    metrics_module, residual_module = sys.modules["solver_core.metrics"], sys.modules["solver_core.physics.residual"]
     prob = nbody_problem(3, seed=1, perturbation=0.02)
     q = sc.simulate(prob)
     expected = sc.loop_metrics(prob, q)
@@ -426,7 +426,8 @@ def test_cholmod_symbolic_analysis_is_computed_once():
 
 
 def test_direct_solves_leave_blas_its_threads_and_the_frame_blocks_take_one():
-    from solver_core import forward, linsolve
+    from solver_core.physics import forward
+    from solver_core.optimize import linsolve
     controls = forward._openblas_thread_controls()
     if not controls:
         pytest.skip("no OpenBLAS loaded")

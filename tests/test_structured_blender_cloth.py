@@ -7,14 +7,14 @@ import scipy.sparse as sp
 
 import solver_core as sc
 from derivatives import assembled_jacobians, quad_grid
-from solver_core import scheme
-from solver_core.models.blender_cloth import SWEEP_BENDING, BlenderAngularTerm, BlenderSpringTerm
-from solver_core.gauss_newton import GaussNewton, choose_backend
-from solver_core.linsolve import make_backend
+from solver_core.physics import scheme
+from solver_core.physics.models.blender_cloth import SWEEP_BENDING, BlenderAngularTerm, BlenderSpringTerm
+from solver_core.optimize.gauss_newton import GaussNewton, choose_backend
+from solver_core.optimize.linsolve import make_backend
 from solver_core.options import DEFAULTS
-from solver_core.residual import ResidualJacobian, residual_steps
-from solver_core.structured_solve import (BlockPreconditioner, LoopOperator, StructuredBackend, choose_preconditioner,
-                                          pcg, supports)
+from solver_core.physics.residual import ResidualJacobian, residual_steps
+from solver_core.optimize.structured_solve import (BlockPreconditioner, LoopOperator, StructuredBackend,
+                                                   choose_preconditioner, pcg, supports)
 
 AUTO_STRUCTURED_MIN_UNKNOWNS_VELOCITY = DEFAULTS.linear_solve.auto_structured_min_unknowns_velocity
 REUSE_CG_ITERS = DEFAULTS.linear_solve.reuse_cg_iters

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from solver_core import gauss_newton, linsolve
-from solver_core.gauss_newton import GaussNewton
-from solver_core.models.contact import FloorContact
-from solver_core.models.external import Gravity, Wind
+from solver_core.optimize import gauss_newton, linsolve
+from solver_core.optimize.gauss_newton import GaussNewton
+from solver_core.physics.models.contact import FloorContact
+from solver_core.physics.models.external import Gravity, Wind
 from solver_core.options import DEFAULTS
-from solver_core.residual import residual_steps
-from solver_core.forward import simulate
+from solver_core.physics.residual import residual_steps
+from solver_core.physics.forward import simulate
 from solver_core.scenes import speed_problems
 from solver_core.scenes.speed_problems import cloth_grid, doughnut_problem
-from solver_core.structured_solve import LoopOperator, StructuredBackend, pcg, supports
+from solver_core.optimize.structured_solve import LoopOperator, StructuredBackend, pcg, supports
 
 
 def small_cloth(n_frames=8, eps=(0.0, 0.0), pins=(0, 2), floor=False, scheme="backward", seed=0):
@@ -196,7 +196,7 @@ def test_residual_in_frame_batches_equals_all_frames_at_once(make, monkeypatch):
     q = prob.apply_constraints(simulate(prob))
     q = q + 1e-3 * np.random.default_rng(3).standard_normal(q.shape)
     whole = residual_steps(prob, q)
-    monkeypatch.setattr(importlib.import_module("solver_core.residual"), "_BATCH_COORDINATES", 2 * q[0].size + 1)   # two frames per batch
+    monkeypatch.setattr(importlib.import_module("solver_core.physics.residual"), "_BATCH_COORDINATES", 2 * q[0].size + 1)   # two frames per batch
     np.testing.assert_array_equal(residual_steps(prob, q), whole)
 
 

@@ -15,7 +15,7 @@ import pytest
 bpy = pytest.importorskip("bpy")
 
 from blender_helpers import ROOT, evaluated_local, sample_path  # noqa: E402
-from cyclic_loop_addon import images, vat  # noqa: E402
+from cyclic_loop_addon.outputs import images, vat  # noqa: E402
 
 WRAPS = 3
 

@@ -39,7 +39,7 @@ def package_files():
                 if name.endswith(".py"):
                     path = os.path.join(folder, name)
                     files.append((path, os.path.relpath(path, ROOT)))
-    files += [(os.path.join(THREE_BUILD, name), os.path.join("cyclic_loop_addon", "three", name))
+    files += [(os.path.join(THREE_BUILD, name), os.path.join("cyclic_loop_addon", "outputs", "three", name))
               for name in THREE_FILES if os.path.isfile(os.path.join(THREE_BUILD, name))]
     return files
 

@@ -1,4 +1,4 @@
-"""Build cyclic_loop_addon/font_atlas.py, the glyphs the seam picture writes its labels with (no font library
+"""Build cyclic_loop_addon/report/font_atlas.py, the glyphs the seam picture writes its labels with (no font library
 at run time): DejaVu Sans (Bitstream Vera license, free to embed), anti-aliased, in two pixel sizes.
 
     .venv/bin/python tools/make_font_atlas.py [/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf]
@@ -35,7 +35,7 @@ def main(argv):
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
     text = "\n".join(textwrap.wrap(base64.b64encode(buffer.getvalue()).decode(), 110))
-    out = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cyclic_loop_addon", "font_atlas.py")
+    out = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cyclic_loop_addon", "report", "font_atlas.py")
     with open(out, "w") as fh:
         fh.write('"""Glyphs of DejaVu Sans (Bitstream Vera license) for the seam picture, made by tools/make_font_atlas.py:\n'
                  'a base64 .npz with ``chars`` and, per pixel size, ``atlas<size>`` and ``widths<size>``."""\n'

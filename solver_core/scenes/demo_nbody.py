@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from ..forward import simulate
+from ..physics.forward import simulate
 from ..loop import make_loop
 from ..report import compare, format_table
 from .nbody import nbody_problem

@@ -1,7 +1,7 @@
 """The N-body scene of paper Section 5.1: equal masses under mutual gravity, seeded random start."""
 import numpy as np
 
-from ..models.nbody import NBody
+from ..physics.models.nbody import NBody
 from ..problem import LoopProblem
 
 

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..forward import simulate
-from ..models.cloth import Cloth
-from ..models.contact import FloorContact, SphereContact
-from ..models.external import Gravity, Wind
-from ..models.softbody import SoftBody
+from ..physics.forward import simulate
+from ..physics.models.cloth import Cloth
+from ..physics.models.contact import FloorContact, SphereContact
+from ..physics.models.external import Gravity, Wind
+from ..physics.models.softbody import SoftBody
 from ..problem import LoopProblem
-from .. import tetmesh
+from ..physics import tetmesh
 from .meshes import box_tets, grid, torus
 from .nbody import nbody_problem
 

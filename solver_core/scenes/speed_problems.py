@@ -6,13 +6,13 @@ The speed benchmark (``python -m benchmarks speed``) times Gauss–Newton on the
 """
 import numpy as np
 
-from ..forward import simulate
-from ..models.cloth import COTTON_YOUNGS_MODULUS, Cloth
-from ..models.contact import FloorContact
-from ..models.external import Gravity, Wind
-from ..models.softbody import SoftBody
+from ..physics.forward import simulate
+from ..physics.models.cloth import COTTON_YOUNGS_MODULUS, Cloth
+from ..physics.models.contact import FloorContact
+from ..physics.models.external import Gravity, Wind
+from ..physics.models.softbody import SoftBody
 from ..problem import LoopProblem
-from ..tetmesh import tetrahedralize
+from ..physics.tetmesh import tetrahedralize
 from .meshes import torus
 
 

@@ -1,0 +1,1 @@
+"""The artist-facing report, bpy-free: verdict in words, progress in words, the seam picture."""

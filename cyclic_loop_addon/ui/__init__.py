@@ -1,0 +1,1 @@
+"""The Loop tab: properties, operators, panel, presets, selection, timeline."""
