@@ -13,7 +13,7 @@ import bpy
 import numpy as np
 
 from . import gltf, web_page, writeback
-from ..pipeline import scene_reader
+from ..blender_mesh import mesh_arrays
 from ..errors import LoopInputError
 from .files import atomic_path, check_writable
 
@@ -63,7 +63,7 @@ def page_data(gathered, q, scene):
     cache = np.asarray(gathered.source)[:, :gathered.n_written]
     triangles = np.zeros((0, 3))
     if gathered.kind == "mesh":
-        _, _, triangles, _ = scene_reader._mesh_arrays(bpy.data.objects[gathered.object_names[0]].data)
+        _, _, triangles, _ = mesh_arrays(bpy.data.objects[gathered.object_names[0]].data)
     extras = gltf.loop_extras(gathered, scene)
     return {"name": ", ".join(gathered.object_names), "kind": gathered.kind, "frames": gathered.n_frames,
             "fps": extras["fps"], "frame_start": gathered.frame_start, "frame_step": gathered.frame_step,

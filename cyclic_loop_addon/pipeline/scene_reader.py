@@ -19,6 +19,7 @@ import numpy as np
 from .. import limits
 from ..outputs import writeback
 from ..errors import LoopInputError
+from ..blender_mesh import mesh_arrays
 from ..core import sc
 from ..vocabulary import ITERATIONS, MODEL_DEFAULTS, MODELS, SCHEME_OF_MODEL, loop_range, names
 
@@ -206,22 +207,6 @@ def physics_modifier(obj):
 # ------------------------------------------------------------------------------------------------ reading
 
 
-def _mesh_arrays(mesh):
-    """Vertex positions (n, 3), polygons (list of index arrays), triangles (T, 3), edges (E, 2)."""
-    co = np.empty(len(mesh.vertices) * 3)
-    mesh.vertices.foreach_get("co", co)
-    starts = np.empty(len(mesh.polygons), np.int64)
-    mesh.polygons.foreach_get("loop_start", starts)
-    corners = np.empty(len(mesh.loops), np.int64)
-    mesh.loops.foreach_get("vertex_index", corners)
-    faces = np.split(corners, starts[1:]) if len(starts) else []
-    tris = np.empty(len(mesh.loop_triangles) * 3, np.int64)
-    mesh.loop_triangles.foreach_get("vertices", tris)
-    edges = np.empty(len(mesh.edges) * 2, np.int64)
-    mesh.edges.foreach_get("vertices", edges)
-    return co.reshape(-1, 3), faces, tris.reshape(-1, 3), edges.reshape(-1, 2)
-
-
 def _world(points, matrix):
     return points @ matrix[:3, :3].T + matrix[:3, 3]
 
@@ -330,7 +315,7 @@ def _colliders(obj, scene, settings, own_collection):
 
 def _collider_frame(ob, depsgraph):
     ev = ob.evaluated_get(depsgraph)
-    co, _, tris, _ = _mesh_arrays(ev.data)
+    co, _, tris, _ = mesh_arrays(ev.data)
     return _world(co, np.array(ev.matrix_world)), tris
 
 
@@ -422,7 +407,7 @@ def _gather_mesh(obj, frames, settings, context):
         if _winds(scene, weights, []):
             notes.append("wind is not modeled for soft bodies and is ignored")
 
-    rest_local, faces, tris, edges = _mesh_arrays(obj.data)
+    rest_local, faces, tris, edges = mesh_arrays(obj.data)
     if cloth and mod.settings.rest_shape_key:
         co = np.empty(rest_local.size)
         mod.settings.rest_shape_key.data.foreach_get("co", co)
@@ -563,7 +548,7 @@ def _body_mass(ob, density):
         return mass
     if ob.type != "MESH":
         raise LoopInputError(f"body {ob.name!r} has no 'mass' custom property and no mesh to take a volume from")
-    co, _, tris, _ = _mesh_arrays(ob.data)
+    co, _, tris, _ = mesh_arrays(ob.data)
     volume = abs(sc.physics.tetmesh.enclosed_volume(co, tris)) * abs(np.linalg.det(np.array(ob.matrix_world)[:3, :3]))
     if not volume > 0:
         raise LoopInputError(f"body {ob.name!r} has no 'mass' custom property and encloses no volume")
