@@ -31,7 +31,7 @@ from .physics import tetmesh
 from .optimize import memory
 from .physics.models.blender_settings import (blender_cloth_problem_parts, blender_soft_body_problem_parts,
                                               blender_gravity, CLOTH_SETTINGS_DEFAULTS, SOFT_BODY_SETTINGS)
-from .physics.blender_scene import (MeshScene, BodiesScene, Collider, mesh_parts, bodies_parts,
+from .blender_scene import (MeshScene, BodiesScene, Collider, mesh_parts, bodies_parts,
                                     problem_from_parts)
 
 __all__ = [

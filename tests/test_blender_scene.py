@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import solver_core as sc
-from solver_core.physics.blender_scene import BLENDER_WIND_SCALE, CONTACT_LOAD
+from solver_core.blender_scene import BLENDER_WIND_SCALE, CONTACT_LOAD
 from solver_core.physics.models.contact import MeshContact
 from solver_core.physics.models.external import Gravity, Wind
 from solver_core.scenes import meshes

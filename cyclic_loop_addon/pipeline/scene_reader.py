@@ -519,7 +519,7 @@ def _check_closed(obj, rest, tris):
 
 
 def _problem(parts, settings, model_name):
-    """The LoopProblem of ``parts`` (solver_core.physics.blender_scene.LoopParts) with the settings' scheme, soft
+    """The LoopProblem of ``parts`` (solver_core.blender_scene.LoopParts) with the settings' scheme, soft
     constraints and sub-steps."""
     scheme = SCHEME_OF_MODEL[model_name] if settings.scheme == "auto" else settings.scheme
     try:

@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import tetmesh
-from .models.blender_settings import (blender_cloth_problem_parts, blender_gravity,
-                                      blender_soft_body_problem_parts)
-from .models.cloth import Cloth
-from .models.contact import MeshContact
-from .models.external import Gravity, Wind, WindFlow
-from .models.nbody import NBody
-from ..problem import LoopProblem
+from .physics import tetmesh
+from .physics.models.blender_settings import (blender_cloth_problem_parts, blender_gravity,
+                                              blender_soft_body_problem_parts)
+from .physics.models.cloth import Cloth
+from .physics.models.contact import MeshContact
+from .physics.models.external import Gravity, Wind, WindFlow
+from .physics.models.nbody import NBody
+from .problem import LoopProblem
 
 BLENDER_WIND_SCALE = 0.02   # effector_scale of Blender's cloth face wind
 CONTACT_LOAD = 100.0        # contact pushes out with this many vertex weights at the collider surface
