@@ -202,7 +202,7 @@ def test_a_task_cancelled_with_sigterm_leaves_none_of_its_outputs(tmp_path):
 
 
 def test_memory_estimate_matches_the_measured_peaks():
-    """README figures: structured 16.3 GB (2,000 x 1,000 steps); CHOLMOD 1.04-1.39 GB at 51k unknowns (the flag
+    """Measured peaks (benchmarks/results/speed.md, blender_cloth.md): structured 16.3 GB (2,000 x 1,000 steps); CHOLMOD 1.04-1.39 GB at 51k unknowns (the flag
     post and the doughnut), 1.17 GB (the swinging cloth, 121 x 200) and 1.62 GB (the wobbly bar, 128 x 250).
     The estimate stays within 40 % above and never below by more than 10 %."""
     for measured, args in ((16.3e9, (2000, 1000, "backward")), (1.04e9, (176, 100, "linearized", True)),
@@ -252,7 +252,7 @@ def test_sparse_offsets_are_the_structured_operators():
 def test_cloth_memory_takes_the_default_frame_grid_and_loop_frames():
     """A Blender cloth task without options: the probe's default steps per frame (1) over its default loop
     frames, not the quality over the scene range; the default soft first frames count the structured solve's
-    frame blocks: the 32 x 32-quad square over 100 frames peaked at 6.81 GB (bake.py's defaults, README);
+    frame blocks: the 32 x 32-quad square over 100 frames peaked at 6.81 GB (bake.py's defaults, benchmarks/results/blender_cloth.md);
     its Blender sub-steps (substeps 5) count the explicit terms."""
     square = dict(vertices=1089, substeps=1, physics_substeps=5, scheme="linearized", velocity_terms=True,
                   soft=1000.0, frames=[44, 130])

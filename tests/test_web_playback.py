@@ -45,7 +45,7 @@ def baked(tmp_path_factory):
     """bake.py on the flag sample (1 Gauss-Newton step from the cache, hard first frames) writing every format.
     With the cloth's default soft first frames one step leaves a loop whose second differences at the wrap
     are within a few half-float steps of the VAT's quantization: wrap ratio 1.47 played from the VAT
-    against 1.10 in Blender (README, "Vertex animation textures")."""
+    against 1.10 in Blender (benchmarks/results/exports.md)."""
     out = tmp_path_factory.mktemp("web")
     cmd = [sys.executable, os.path.join(ROOT, "cyclic_loop_addon", "bake.py"), sample_path("flag"), "--",
            "--object", "Flag", "--frames", "49", "72", "--substeps", "1", "--iterations", "1", "--init", "cache",
