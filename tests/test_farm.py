@@ -202,8 +202,8 @@ def test_a_task_cancelled_with_sigterm_leaves_none_of_its_outputs(tmp_path):
 
 
 def test_memory_estimate_matches_the_measured_peaks():
-    """Measured peaks (benchmarks/results/speed.md, blender_cloth.md): structured 16.3 GB (2,000 x 1,000 steps); CHOLMOD 1.04-1.39 GB at 51k unknowns (the flag
-    post and the doughnut), 1.17 GB (the swinging cloth, 121 x 200) and 1.62 GB (the wobbly bar, 128 x 250).
+    """Measured peaks (benchmarks/results/speed.md, blender_cloth.md): structured 16.3 GB (2,000 x 1,000
+    steps); CHOLMOD 1.04-1.39 GB at 51k unknowns (the flag post and the doughnut), 1.17 GB (the swinging cloth, 121 x 200) and 1.62 GB (the wobbly bar, 128 x 250).
     The estimate stays within 40 % above and never below by more than 10 %."""
     for measured, args in ((16.3e9, (2000, 1000, "backward")), (1.04e9, (176, 100, "linearized", True)),
                            (1.39e9, (294, 60, "linearized", True)), (1.17e9, (121, 200, "backward")),
