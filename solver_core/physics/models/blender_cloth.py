@@ -581,6 +581,25 @@ class BlenderCloth(Model):
     Blender's linear bending springs are not damped. Vertex-group stiffness scaling, shrinking, sewing,
     internal springs and pressure are ignored. ``explicit_step``: the longest step (seconds) on which the
     linearized scheme takes the hinges and their damping explicitly (Blender's sub-step; default: every step).
+
+    Parameters
+    ----------
+    rest_positions : array_like, shape (n, 3)
+        The rest shape.
+    faces : sequence of sequences of int
+        The polygons.
+    vertex_mass : float or array_like, shape (n,)
+        Blender's Vertex Mass (kg).
+    tension_stiffness, compression_stiffness, shear_stiffness, bending_stiffness : float
+        Blender's Cloth stiffness settings.
+    air_damping : float
+        Blender's Air Viscosity.
+    bending_model : {"linear", "angular"}
+        Blender's bending model.
+    bending_damping, tension_damping, compression_damping, shear_damping, angular_damping : float
+        Blender's damping settings.
+    explicit_step : float
+        The longest step (seconds) on which the linearized scheme takes the hinges explicitly.
     """
 
     def __init__(self, rest_positions, faces, vertex_mass, tension_stiffness, compression_stiffness,

@@ -379,6 +379,23 @@ class Cloth(Model):
 
     ``density`` is volumetric (kg/m^3); each triangle gives ``density * thickness * area / 3`` to each corner.
     Defaults are 100% cotton (see ``Cloth.cotton``). ``damping`` is the optional per-vertex linear drag.
+
+    Parameters
+    ----------
+    rest_positions : array_like, shape (n, 3)
+        The rest shape (metres).
+    triangles : array_like of int, shape (T, 3)
+        The mesh's triangles.
+    density, thickness : float
+        Volumetric density (kg/m^3) and thickness (m): areal density ``density * thickness``.
+    youngs_modulus, poisson_ratio : float
+        The membrane's elasticity (Pa, dimensionless).
+    bending_stiffness : float
+        The discrete-shells hinge stiffness k (N m).
+    law : {"neohookean", "stvk"}
+        The membrane's energy density.
+    damping : array_like, optional
+        Per-vertex linear drag coefficients (kg/s); None for none.
     """
 
     def __init__(self, rest_positions, triangles, density=COTTON_DENSITY, thickness=COTTON_THICKNESS,

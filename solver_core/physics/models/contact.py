@@ -117,7 +117,26 @@ class PenaltyContact(ForceTerm):
 
 
 class FloorContact(PenaltyContact):
-    """Half-space {x : normal . x >= height} as collider (normal normalized for you)."""
+    """Half-space {x : normal . x >= height} as collider (normal normalized for you).
+
+    Parameters
+    ----------
+    n_vertices : int
+        The body's vertex count.
+    height : float
+        The floor's offset along ``normal``.
+    normal : array_like, shape (3,)
+        The floor's normal (normalized here).
+    stiffness : float or array_like, optional
+        Penalty stiffness per vertex (N/m); None derives it from ``mass`` (a load of many vertex weights at
+        the collider's surface).
+    thickness : float
+        The contact layer's thickness (m): the penalty acts within it.
+    mass : float or array_like, optional
+        The vertices' masses, for the stiffness when it is not given.
+    vertices : array_like of int, optional
+        The vertices tested for contact (default: all).
+    """
 
     def __init__(self, n_vertices, height=0.0, normal=(0.0, 0.0, 1.0), stiffness=None,
                  thickness=DEFAULT_THICKNESS, mass=None, vertices=None):
@@ -136,7 +155,26 @@ class FloorContact(PenaltyContact):
 
 
 class SphereContact(PenaltyContact):
-    """Solid ball of ``radius`` at ``centers``: (3,) fixed or (P, 3) per frame, sampled periodically at t."""
+    """Solid ball of ``radius`` at ``centers``: (3,) fixed or (P, 3) per frame, sampled periodically at t.
+
+    Parameters
+    ----------
+    n_vertices : int
+        The body's vertex count.
+    centers : array_like, shape (3,) or (P, 3)
+        The ball's centre, fixed or per frame.
+    radius : float
+        The ball's radius.
+    stiffness : float or array_like, optional
+        Penalty stiffness per vertex (N/m); None derives it from ``mass`` (a load of many vertex weights at
+        the collider's surface).
+    thickness : float
+        The contact layer's thickness (m): the penalty acts within it.
+    mass : float or array_like, optional
+        The vertices' masses, for the stiffness when it is not given.
+    vertices : array_like of int, optional
+        The vertices tested for contact (default: all).
+    """
 
     def __init__(self, n_vertices, centers, radius, stiffness=None, thickness=DEFAULT_THICKNESS,
                  mass=None, vertices=None):
@@ -168,6 +206,24 @@ class MeshContact(PenaltyContact):
     feature (Baerentzen and Aanaes 2005), exact for closed manifold colliders; for an open one it is
     the side the nearby triangles face. The closest feature is found by brute force over all
     triangles in chunks, O(B * vertices * triangles): meant for small colliders.
+
+    Parameters
+    ----------
+    n_vertices : int
+        The body's vertex count.
+    collider_vertices : array_like, shape (nv, 3) or (P, nv, 3)
+        The collider's vertices, fixed or per frame.
+    triangles : array_like of int, shape (T, 3)
+        The collider's triangles.
+    stiffness : float or array_like, optional
+        Penalty stiffness per vertex (N/m); None derives it from ``mass`` (a load of many vertex weights at
+        the collider's surface).
+    thickness : float
+        The contact layer's thickness (m): the penalty acts within it.
+    mass : float or array_like, optional
+        The vertices' masses, for the stiffness when it is not given.
+    vertices : array_like of int, optional
+        The vertices tested for contact (default: all).
     """
 
     def __init__(self, n_vertices, collider_vertices, triangles, stiffness=None, thickness=DEFAULT_THICKNESS,

@@ -7,7 +7,15 @@ from .cloth import VertexScatter, block_pattern, check_triangles, cross_matrix, 
 
 
 class Gravity(ForceTerm):
-    """Constant force ``mass[i] * g`` on every vertex; its Jacobian is zero (empty pattern)."""
+    """Constant force ``mass[i] * g`` on every vertex; its Jacobian is zero (empty pattern).
+
+    Parameters
+    ----------
+    mass : array_like, shape (n,)
+        The vertices' masses (kg).
+    g : array_like, shape (3,)
+        The acceleration of gravity (m/s^2).
+    """
 
     def __init__(self, mass, g=(0.0, 0.0, -9.81)):
         mass = np.asarray(mass, dtype=float)
@@ -39,6 +47,17 @@ class Wind(ForceTerm):
     ``n`` is the unit normal, so the force is area-weighted (a pressure, independent of mesh resolution)
     and independent of the triangle's orientation. ``wind`` is a constant ``(3,)`` vector or ``(P, 3)``
     per-frame samples read periodically at the frame times ``t``.
+
+    Parameters
+    ----------
+    n_vertices : int
+        The mesh's vertex count.
+    triangles : array_like of int, shape (T, 3)
+        The triangles the wind pushes.
+    wind : array_like, shape (3,) or (P, 3)
+        The wind vector, constant or sampled per frame (read periodically).
+    coefficient : float
+        The pressure per unit wind and area.
     """
 
     def __init__(self, n_vertices, triangles, wind, coefficient=1.0):

@@ -48,7 +48,17 @@ class NBodyGravity(ForceTerm):
 
 
 class NBody(Model):
-    """N bodies of ``masses`` under mutual gravity (constant ``G``, Plummer ``softening``)."""
+    """N bodies of ``masses`` under mutual gravity (constant ``G``, Plummer ``softening``).
+
+    Parameters
+    ----------
+    masses : array_like, shape (n,)
+        The bodies' masses.
+    G : float
+        The gravitational constant.
+    softening : float
+        Plummer softening length: the pair force uses ``r^2 + softening^2`` (0: exact Newtonian gravity).
+    """
 
     def __init__(self, masses, G=1.0, softening=0.0):
         super().__init__(masses, [NBodyGravity(masses, G, softening)])

@@ -191,6 +191,21 @@ class SoftBody(Model):
     """Tet-mesh soft body: lumped mass density * volume / 4 per tet corner and an ElasticTetTerm.
 
     Add gravity, contact, ... with ``model.add(term, ...)``.
+
+    Parameters
+    ----------
+    rest_positions : array_like, shape (n, 3)
+        The rest shape.
+    tets : array_like of int, shape (m, 4)
+        The tetrahedra.
+    density : float
+        Mass density (kg/m^3).
+    youngs_modulus, poisson_ratio : float
+        The elasticity (Pa, dimensionless).
+    law : {"stable_neohookean", "corotated"}
+        The energy density.
+    damping : array_like, optional
+        Per-vertex linear drag coefficients (kg/s); None for none.
     """
 
     def __init__(self, rest_positions, tets, density, youngs_modulus, poisson_ratio,
