@@ -4,7 +4,8 @@
 (``make_loop``, ``loop_clip``, ``fast_projection``, ``GaussNewton``, ``simulate``, ``crossfade_clip``) and
 its tuning (``Options``), the result and its figures (``LoopResult``, ``residual``, ``loss``,
 ``loop_metrics``, ``loop_report``), files (``save_problem`` ... ``load_result``) and failures. The other
-names imported here are the add-on's and the tests' way in until they import the submodules themselves.
+names imported here (vocabularies, defaults, scene records, report helpers) serve the add-on and the tests;
+they are not part of the public API and may move.
 """
 from .physics.models.base import ForceTerm, Model, VelocityTerm, sample_periodic
 from .physics.models.nbody import NBody, NBodyGravity
@@ -32,7 +33,7 @@ from .optimize import memory
 from .physics.models.blender_settings import (blender_cloth_problem_parts, blender_soft_body_problem_parts,
                                               blender_gravity, CLOTH_SETTINGS_DEFAULTS, SOFT_BODY_SETTINGS)
 from .blender_scene import (MeshScene, BodiesScene, Collider, mesh_parts, bodies_parts,
-                                    problem_from_parts)
+                            problem_from_parts)
 
 __all__ = [
     # the problem
