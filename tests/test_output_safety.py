@@ -153,6 +153,27 @@ def test_a_rename_that_fails_puts_back_the_files_renamed_before_it(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a.pc2", "b.pc2"]         # the folder the block saw made goes too
 
 
+def test_a_run_failing_after_its_renames_puts_every_earlier_file_back(tmp_path):
+    """The renames of an inner block are done; the outer block (the whole bake) then fails: each replaced
+    file is back (same inode, bytes and mode), each new one gone, the earlier report kept, no temporary left."""
+    earlier = {"a.pc2": b"earlier a", "r.json": b"earlier report"}
+    for name, data in earlier.items():
+        (tmp_path / name).write_bytes(data)
+    os.chmod(tmp_path / "a.pc2", 0o600)
+    inodes = {name: os.stat(tmp_path / name).st_ino for name in earlier}
+    outputs = [str(tmp_path / n) for n in ("a.pc2", "b.png")]
+    with pytest.raises(SystemExit):
+        with files.all_or_nothing(outputs, str(tmp_path / "r.json")):
+            with files.all_or_nothing():
+                for name in ("a.pc2", "b.png", "r.json"):
+                    _write(tmp_path / name, b"this run")
+            assert (tmp_path / "a.pc2").read_bytes() == b"this run"
+            raise SystemExit(128 + 15)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
+    assert {name: os.stat(tmp_path / name).st_ino for name in earlier} == inodes
+    assert stat.S_IMODE(os.stat(tmp_path / "a.pc2").st_mode) == 0o600
+
+
 # ------------------------------------------------------------------------------------------------ stale temporaries
 
 
