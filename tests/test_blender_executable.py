@@ -349,3 +349,47 @@ def test_bake_exits_with_its_status_on_a_scene_with_scripted_drivers(flag_blend,
     proc = blender_run(str(scene), "--python", BAKE, "--", *QUICK, "--frames", "1", "2", "--pc2",
                        str(tmp_path / "s.pc2"), timeout=300)
     assert proc.returncode == 2 and not (tmp_path / "s.pc2").exists(), proc.stderr[-2000:]
+
+
+TERMINATED_AFTER_THE_RENAMES = """import os, sys
+sys.path.insert(0, {root!r})
+from cyclic_loop_addon import bake
+say = bake._say
+
+
+def _say(text):
+    say(text)
+    if text.startswith("wrote "):       # every output renamed into place; the run is not over yet
+        sys.stdin.readline()            # the test sends SIGTERM here
+
+
+bake._say = _say
+bake.leave(bake.main(sys.argv))
+"""
+
+
+def test_sigterm_after_the_renames_leaves_every_earlier_file_as_it_was(flag_blend, tmp_path):
+    """A farm cancels the task with SIGTERM once the outputs are renamed into place: exit 143 and every
+    earlier output and report back as it was."""
+    outputs = ["--pc2", str(tmp_path / "loop.pc2"), "--json", str(tmp_path / "loop.json"), "--output",
+               str(tmp_path / "loop.blend")]
+    proc = blender_run(flag_blend, "--python", BAKE, "--", *QUICK, *outputs)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    earlier = _tree(tmp_path)
+    hook = tmp_path.parent / f"{tmp_path.name}_hook.py"
+    hook.write_text(TERMINATED_AFTER_THE_RENAMES.format(root=ROOT))
+    proc = subprocess.Popen([bpy.app.binary_path, "-b", "--factory-startup", flag_blend, "--python", str(hook), "--",
+                             *QUICK, "--iterations", "2", *outputs], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("[cyclic-loop] wrote "):
+                break
+        assert _tree(tmp_path) != earlier
+        proc.terminate()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + 15, out[-2000:] + err[-2000:]
+    assert _tree(tmp_path) == earlier
