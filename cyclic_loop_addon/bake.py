@@ -32,6 +32,7 @@ from .outputs import files, gltf
 from . import limits
 from .pipeline import stages, scene_reader
 from .jobs import task_files
+from .jobs.batch import object_names
 from .ui.presets import PRESETS
 from .report.progress import Progress
 from .errors import LoopInputError, LoopSolveError, LoopWriteError
@@ -136,12 +137,6 @@ def _check_outputs(args):
                              "--abc (--pc2 writes the same loop) or use a Blender from blender.org")
     if args.glb:
         gltf.checked_path(args.glb)
-
-
-def object_names(given, objects):
-    """The object names of ``--object`` values: a value naming an object is that object (a comma may be part of
-    a name), otherwise "A,B" is several objects (N bodies)."""
-    return tuple(n for arg in given for n in ([arg] if arg in objects else arg.split(",")) if n)
 
 
 def scripted_drivers():

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from .clip_loop import CLIP_INITS, LoopFailed, crossfade_clip, loop_clip
-from .io import load_problem, save_result
+from .io import clean_stale_partials, load_problem, save_result
 from .optimize.linsolve import BACKENDS
 from .loop import make_loop
 from .metrics import loop_metrics
@@ -60,6 +60,7 @@ def _check_output(problem, output):
         raise ValueError(f"-o {output} is the problem file itself; give the result its own file name")
     if os.path.islink(output) or (os.path.exists(output) and not os.path.isfile(output)):
         raise ValueError(f"-o {output} is a link or a special file; give the path of a regular file")
+    clean_stale_partials(folder)      # a killed run's temporary results, before any work
 
 
 def _positive_int(text):

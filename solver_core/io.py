@@ -8,6 +8,7 @@ extension); a class of another package keeps its full name.
 """
 import json
 import os
+import re
 import stat
 import tempfile
 import zipfile
@@ -17,6 +18,11 @@ import numpy as np
 from .loop import LoopResult
 from .physics.models.base import Term
 from .problem import LoopProblem
+
+try:
+    import fcntl
+except ImportError:     # Windows: no flock; a live writer is known by its pid alone
+    fcntl = None
 
 FORMAT_VERSION = 1
 
@@ -75,10 +81,78 @@ def _decode(value, arrays, classes):
     return value
 
 
+# <name>.partial-<pid>-<8 random>.npz (``_write_npz``), or <name>.partial-<pid>.npz of earlier versions
+_PARTIAL_NAME = re.compile(r"\.partial-(\d+)(?:-[a-z0-9_]{8})?\.npz$")
+
+
+def _alive(pid):
+    """True when a process ``pid`` runs here (or exists but belongs to another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _held(path):
+    """True when a live process holds the flock of ``path``: a writer of another PID namespace sharing the
+    folder, whose pid means nothing here."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def clean_stale_partials(folder):
+    """Remove the temporary files of ``_write_npz`` in ``folder`` that no live process writes (the add-on's
+    ``files.clean_stale_partials`` rule): only names ``*.partial-<pid>[-<random>].npz``, only when that pid
+    has ended here and nobody holds the file's lock. A user's file of another pattern and a live writer's
+    file are kept.
+
+    Parameters
+    ----------
+    folder : str
+        The output folder.
+
+    Returns
+    -------
+    list of str
+        The paths removed.
+    """
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        match = _PARTIAL_NAME.search(name)
+        path = os.path.join(folder, name)
+        if not match or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))) or _held(path):
+            continue
+        try:
+            os.remove(path)         # a file or a link (not followed); a folder of that name stays
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
 def _write_npz(path, arrays):
     """Write atomically: a new temporary file in the same folder (O_EXCL, an unpredictable name, so no planted
     link redirects it), flushed, given the mode of the file it replaces (a new one: the umask's), then renamed.
-    Only a regular file or a new name is replaced: a link, device or FIFO at ``path`` raises ValueError."""
+    Only a regular file or a new name is replaced: a link, device or FIFO at ``path`` raises ValueError.
+    Temporary files of ended writers in the folder are removed first (``clean_stale_partials``)."""
     path = os.path.abspath(path)
     if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
         raise ValueError(f"{path} is a link or a special file (device, FIFO, socket); results are written as "
@@ -86,10 +160,13 @@ def _write_npz(path, arrays):
     mask = os.umask(0)
     os.umask(mask)
     mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else 0o666 & ~mask
+    clean_stale_partials(os.path.dirname(path))
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f"{os.path.basename(path)}.partial-{os.getpid()}-",
                                suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as f:
+            if fcntl is not None:       # the mark of a live writer until the file is renamed and closed
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             np.savez_compressed(f, **arrays)
             f.flush()
             os.fsync(f.fileno())

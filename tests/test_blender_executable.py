@@ -242,3 +242,154 @@ def test_ctrl_c_stops_a_headless_bake_with_130(flag_blend, tmp_path):
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     assert err.strip().splitlines()[-1] == "[cyclic-loop] interrupted: nothing was written"
     assert "Traceback" not in err and os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------------------------ output safety
+# docs/output_safety.md: the data-loss, security and hang classes in this Blender, as a farm task runs bake.py.
+
+
+def _tree(folder):
+    """{name: bytes, or "<link>" / "<fifo>" / "<folder>"} of everything under ``folder``."""
+    import stat
+    found = {}
+    for root, dirs, names in os.walk(folder):
+        for name in dirs + names:
+            path = os.path.join(root, name)
+            mode = os.lstat(path).st_mode
+            found[os.path.relpath(path, folder)] = (
+                "<link>" if stat.S_ISLNK(mode) else "<fifo>" if stat.S_ISFIFO(mode) else
+                "<folder>" if stat.S_ISDIR(mode) else open(path, "rb").read())
+    return found
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_link_or_fifo_at_an_output_is_refused(flag_blend, tmp_path, kind):
+    """A symbolic link planted at an output, or a FIFO given as one: exit 2 before any work, the link's
+    target unchanged, nothing written."""
+    victim = tmp_path / "victim.pc2"
+    victim.write_bytes(b"another file")
+    target = tmp_path / ("out.pc2" if kind == "link" else "out.json")
+    os.symlink(victim, target) if kind == "link" else os.mkfifo(target)
+    before = _tree(tmp_path)
+    outputs = ["--pc2", str(target)] if kind == "link" else ["--pc2", str(tmp_path / "a.pc2"), "--json", str(target)]
+    proc = blender_run(flag_blend, "--python", BAKE, "--", *QUICK, *outputs)
+    assert proc.returncode == 2 and "outputs are written as regular files only" in proc.stderr, proc.stderr[-2000:]
+    assert "solving" not in proc.stdout and "Traceback" not in proc.stderr
+    assert _tree(tmp_path) == before and victim.read_bytes() == b"another file"
+
+
+def test_a_failed_export_leaves_the_earlier_set_intact(flag_blend, tmp_path):
+    """--vat vat --glb vat/Flag_mesh.glb over a complete earlier VAT set (both write Flag_mesh.glb): exit 2,
+    the earlier set byte for byte as it was."""
+    vat = tmp_path / "vat"
+    proc = blender_run(flag_blend, "--python", BAKE, "--", *QUICK, "--vat", str(vat), "--json",
+                       str(tmp_path / "r.json"))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    earlier = _tree(tmp_path)
+    assert "vat/Flag_mesh.glb" in earlier
+    proc = blender_run(flag_blend, "--python", BAKE, "--", *QUICK, "--iterations", "2", "--vat", str(vat), "--glb",
+                       str(vat / "Flag_mesh.glb"), "--json", str(tmp_path / "r.json"))
+    assert proc.returncode == 2 and "two outputs of this run name the same file" in proc.stderr, proc.stderr[-2000:]
+    assert _tree(tmp_path) == earlier
+
+
+def test_a_hostile_object_name_runs_as_one_quoted_line(flag_blend, tmp_path):
+    """An object named with shell syntax, quotes and a comma, through ``farm.py list --bare``: one
+    shell-quoted line per task; the line, run by a shell as a one-command-a-line runner would, bakes that
+    object in this Blender and runs nothing else. A name with a line break is refused (exit 2)."""
+    import shlex
+    name = "$(touch pwned);'a\",b` -b"
+    bpy.ops.wm.open_mainfile(filepath=flag_blend)
+    bpy.data.objects["Flag"].name = name
+    scene = tmp_path / "scene.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(scene), copy=True)
+    batch = tmp_path / "batch.toml"
+
+    def write_batch(names):
+        import json
+        batch.write_text(f'[batch]\nname = "b"\noutput_dir = "out"\noutputs = ["pc2"]\n'
+                         f'blender = {json.dumps(bpy.app.binary_path)}\n'
+                         '[variants.quick]\ninit = "cache"\niterations = 1\nsubsteps = 1\n'
+                         f'[[scene]]\nfile = "scene.blend"\nobjects = {json.dumps([[n] for n in names])}\n'
+                         'frames = [49, 60]\n')
+
+    farm_py = os.path.join(ROOT, "cyclic_loop_addon", "farm.py")
+    write_batch([name])
+    proc = subprocess.run([sys.executable, farm_py, "list", "--bare", str(batch)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    args = shlex.split(lines[0])
+    assert len(lines) == 1 and args[args.index("--object") + 1] == name
+    (tmp_path / "out").mkdir()        # farm.py run makes it; a runner of the bare lines makes it first
+    run = subprocess.run(["sh", "-c", lines[0]], capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert f"gathered {name}:" in run.stdout
+    assert not (tmp_path / "pwned").exists() and len(os.listdir(tmp_path / "out")) == 2   # the PC2 and its report
+    write_batch(["Flag\nrm -rf ~"])
+    proc = subprocess.run([sys.executable, farm_py, "list", "--bare", str(batch)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "line break or another control character" in proc.stderr and proc.stdout == ""
+
+
+def test_bake_exits_with_its_status_on_a_scene_with_scripted_drivers(flag_blend, tmp_path):
+    """A scripted Python driver in the scene: this Blender's bake writes its outputs, says the drivers are
+    there, and exits with its status (0; 2 on bad input) instead of hanging."""
+    bpy.ops.wm.open_mainfile(filepath=flag_blend)
+    flag = bpy.data.objects["Flag"]
+    flag["drive"] = 0.0
+    driver = flag.driver_add('["drive"]').driver
+    driver.type = "SCRIPTED"
+    driver.expression = "__import__('math').sin(frame) * 0.0"
+    scene = tmp_path / "drivers.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(scene), copy=True)
+    proc = blender_run(str(scene), "--python", BAKE, "--", *QUICK, "--pc2", str(tmp_path / "r.pc2"), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "the scene has 1 scripted drivers" in proc.stdout and (tmp_path / "r.pc2").exists()
+    proc = blender_run(str(scene), "--python", BAKE, "--", *QUICK, "--frames", "1", "2", "--pc2",
+                       str(tmp_path / "s.pc2"), timeout=300)
+    assert proc.returncode == 2 and not (tmp_path / "s.pc2").exists(), proc.stderr[-2000:]
+
+
+TERMINATED_AFTER_THE_RENAMES = """import os, sys
+sys.path.insert(0, {root!r})
+from cyclic_loop_addon import bake
+say = bake._say
+
+
+def _say(text):
+    say(text)
+    if text.startswith("wrote "):       # every output renamed into place; the run is not over yet
+        sys.stdin.readline()            # the test sends SIGTERM here
+
+
+bake._say = _say
+bake.leave(bake.main(sys.argv))
+"""
+
+
+def test_sigterm_after_the_renames_leaves_every_earlier_file_as_it_was(flag_blend, tmp_path):
+    """A farm cancels the task with SIGTERM once the outputs are renamed into place: exit 143 and every
+    earlier output and report back as it was."""
+    outputs = ["--pc2", str(tmp_path / "loop.pc2"), "--json", str(tmp_path / "loop.json"), "--output",
+               str(tmp_path / "loop.blend")]
+    proc = blender_run(flag_blend, "--python", BAKE, "--", *QUICK, *outputs)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    earlier = _tree(tmp_path)
+    hook = tmp_path.parent / f"{tmp_path.name}_hook.py"
+    hook.write_text(TERMINATED_AFTER_THE_RENAMES.format(root=ROOT))
+    proc = subprocess.Popen([bpy.app.binary_path, "-b", "--factory-startup", flag_blend, "--python", str(hook), "--",
+                             *QUICK, "--iterations", "2", *outputs], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("[cyclic-loop] wrote "):
+                break
+        assert _tree(tmp_path) != earlier
+        proc.terminate()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + 15, out[-2000:] + err[-2000:]
+    assert _tree(tmp_path) == earlier

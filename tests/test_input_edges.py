@@ -62,6 +62,17 @@ def test_an_object_whose_name_has_a_comma_is_one_object(tmp_path, capsys):
     assert (tmp_path / "r.pc2").exists()
 
 
+def test_the_farm_probe_reads_an_object_whose_name_has_a_comma_as_one_object(tmp_path):
+    """jobs/probe.py reads object specs as bake.py reads --object (batch.object_names): the size of
+    "Flag,left" is that object's, "Sun,Planet" still names two objects."""
+    from cyclic_loop_addon.jobs import probe
+    open_sample("flag", tmp_path)
+    bpy.data.objects["Flag"].name = "Flag,left"
+    found = probe.sizes(["Flag,left", "Flag,Planet"])
+    assert found["Flag,left"]["vertices"] == len(bpy.data.objects["Flag,left"].data.vertices)
+    assert found["Flag,Planet"] == {"error": f"no object 'Flag' in {bpy.data.filepath}"}
+
+
 def test_an_empty_object_name_is_refused(tmp_path, capsys):
     path = open_sample("flag", tmp_path)
     status = bake.main(["bake.py", path, "--", "--object", "", *QUICK, "--pc2", str(tmp_path / "r.pc2")])

@@ -115,6 +115,43 @@ def test_the_solver_result_is_written_safely(tmp_path):
     assert victim.read_bytes() == b"precious"
 
 
+HOLD_FILE = """import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_solver_cli_removes_stale_temporaries_of_ended_writers_only(tmp_path):
+    """``python -m solver_core loop -o DIR/r.npz`` removes its own temporary names of ended processes in DIR
+    before it writes; a live pid's file, a locked one (another PID namespace), a user's own file and the
+    add-on's temporaries stay."""
+    from solver_core.io import save_problem
+    from solver_core.scenes.nbody import nbody_problem
+    problem = tmp_path / "in" / "p.npz"
+    problem.parent.mkdir()
+    save_problem(str(problem), nbody_problem(3, seed=1, n_frames=12))
+    dead = _dead_pid()
+    stale = [tmp_path / f"r.npz.partial-{dead}-abcd_123.npz", tmp_path / f"old.npz.partial-{dead}.npz"]
+    keep = [tmp_path / f"r.npz.partial-{os.getpid()}-live_123.npz", tmp_path / "notes.partial-2024.txt",
+            tmp_path / f"loop.pc2.partial-{dead}.pc2"]
+    for path in stale + keep:
+        path.write_bytes(b"half")
+    locked = tmp_path / f"r.npz.partial-{dead}-lock_123.npz"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_FILE, str(locked)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        proc = subprocess.run([sys.executable, "-m", "solver_core", "loop", str(problem), "-o", str(tmp_path / "r.npz"),
+                               "--max-iters", "2", "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert all(not os.path.lexists(p) for p in stale)
+        assert all(p.exists() for p in keep) and locked.exists()
+    finally:
+        holder.communicate("")
+
+
 def test_two_outputs_of_one_run_never_share_a_temporary_name(tmp_path):
     seen = []
     with files.all_or_nothing():
@@ -151,6 +188,27 @@ def test_a_rename_that_fails_puts_back_the_files_renamed_before_it(tmp_path):
     assert [p.read_bytes() for p in outputs[:2]] == [b"earlier a.pc2", b"earlier b.pc2"]
     assert [os.stat(p).st_ino for p in outputs[:2]] == inodes
     assert sorted(os.listdir(tmp_path)) == ["a.pc2", "b.pc2"]         # the folder the block saw made goes too
+
+
+def test_a_run_failing_after_its_renames_puts_every_earlier_file_back(tmp_path):
+    """The renames of an inner block are done; the outer block (the whole bake) then fails: each replaced
+    file is back (same inode, bytes and mode), each new one gone, the earlier report kept, no temporary left."""
+    earlier = {"a.pc2": b"earlier a", "r.json": b"earlier report"}
+    for name, data in earlier.items():
+        (tmp_path / name).write_bytes(data)
+    os.chmod(tmp_path / "a.pc2", 0o600)
+    inodes = {name: os.stat(tmp_path / name).st_ino for name in earlier}
+    outputs = [str(tmp_path / n) for n in ("a.pc2", "b.png")]
+    with pytest.raises(SystemExit):
+        with files.all_or_nothing(outputs, str(tmp_path / "r.json")):
+            with files.all_or_nothing():
+                for name in ("a.pc2", "b.png", "r.json"):
+                    _write(tmp_path / name, b"this run")
+            assert (tmp_path / "a.pc2").read_bytes() == b"this run"
+            raise SystemExit(128 + 15)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
+    assert {name: os.stat(tmp_path / name).st_ino for name in earlier} == inodes
+    assert stat.S_IMODE(os.stat(tmp_path / "a.pc2").st_mode) == 0o600
 
 
 # ------------------------------------------------------------------------------------------------ stale temporaries

@@ -170,3 +170,52 @@ def test_the_next_bake_removes_a_killed_runs_temporaries_before_any_work(tmp_pat
                         capsys)
     assert status == 2 and "at least 4" in err, err
     assert sorted(os.listdir(tmp_path)) == ["flag.blend", live.name]
+
+
+TERMINATED_AFTER_THE_RENAMES = """import os, sys
+sys.path.insert(0, {root!r})
+from cyclic_loop_addon import bake
+say = bake._say
+
+
+def _say(text):
+    say(text)
+    if text.startswith("wrote "):       # every output renamed into place; the run is not over yet
+        sys.stdin.readline()            # the test sends SIGTERM here
+
+
+bake._say = _say
+bake.leave(bake.main(sys.argv))
+"""
+
+
+def test_sigterm_after_the_renames_leaves_every_earlier_file_as_it_was(tmp_path, capsys):
+    """A farm cancels the task (SIGTERM) after the outputs are renamed into place, while the report is
+    printed: exit 143, and the earlier outputs and report are back, byte for byte, with nothing left over."""
+    import subprocess
+    import sys
+    from blender_helpers import ROOT
+    path = open_sample("flag", tmp_path)
+    outputs = ["--pc2", str(tmp_path / "loop.pc2"), "--json", str(tmp_path / "loop.json"),
+               "--preview", str(tmp_path / "loop.png"), "--output", str(tmp_path / "loop.blend")]
+    status, err = _bake([path, "--", *QUICK, *outputs], capsys)
+    assert status == 0, err
+    earlier = _tree(tmp_path)
+    modes = {name: os.stat(tmp_path / name).st_mode for name in os.listdir(tmp_path)}
+    changed = ["--iterations", "2"]      # another loop: every output's bytes differ from the earlier run's
+    proc = subprocess.Popen([sys.executable, "-c", TERMINATED_AFTER_THE_RENAMES.format(root=ROOT), path, "--", *QUICK,
+                             *changed, *outputs], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("[cyclic-loop] wrote "):
+                break
+        assert _tree(tmp_path) != earlier      # this run's outputs are in place now
+        proc.terminate()
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + 15, err
+    assert _tree(tmp_path) == earlier
+    assert {name: os.stat(tmp_path / name).st_mode for name in os.listdir(tmp_path)} == modes

@@ -186,6 +186,25 @@ def _variants(data):
     return out
 
 
+def object_names(given, objects):
+    """The object names of ``--object`` values (bake.py) or of a probe's specs: a value naming an object is
+    that object (a comma may be part of a name), otherwise "A,B" is several objects (N bodies).
+
+    Parameters
+    ----------
+    given : iterable of str
+        The values as given.
+    objects : container of str
+        The scene's object names (``bpy.data.objects`` or any container supporting ``in``).
+
+    Returns
+    -------
+    tuple of str
+        The names, empty ones left out.
+    """
+    return tuple(n for arg in given for n in ([arg] if arg in objects else arg.split(",")) if n)
+
+
 def _object_entry(entry):
     """The exact names of one ``objects`` entry ("A" or "A,B": split on commas; a list: as it is), or None
     when it is neither a non-empty string nor a non-empty list of non-empty names."""

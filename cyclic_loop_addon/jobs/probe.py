@@ -2,7 +2,8 @@
 
     blender -b --factory-startup SCENE --python cyclic_loop_addon/jobs/probe.py -- OBJECTS ...
 
-OBJECTS as in the batch file ("A,B" for N bodies). Prints one line ``cyclic-loop-sizes {json}``:
+OBJECTS as bake.py's --object values (``batch.object_names``): a spec naming an object is that object
+(commas allowed), otherwise "A,B" is N bodies. Prints one line ``cyclic-loop-sizes {json}``:
 per OBJECTS, the solver's vertices, the solver steps per frame and the loop frames bake.py takes by default
 (``scene_reader.physics_defaults``: a Blender cloth on the frame grid, over its cache without the settle from
 rest), the physics' own steps per frame (a cloth's quality: for variants of another model), the residual
@@ -38,9 +39,10 @@ def sizes(specs):
     """{spec: size dict or {"error": ...}} for object specs of the open scene."""
     from cyclic_loop_addon.pipeline import scene_reader
     from cyclic_loop_addon.core import sc
+    from cyclic_loop_addon.jobs.batch import object_names
     out = {}
     for spec in specs:
-        names = [n for n in spec.split(",") if n]
+        names = object_names([spec], bpy.data.objects)
         missing = [n for n in names if n not in bpy.data.objects]
         if missing:
             out[spec] = {"error": f"no object {missing[0]!r} in {bpy.data.filepath}"}

@@ -11,8 +11,9 @@ new name is replaced: a link, device, FIFO, socket or folder given as an output 
 file and the cause and leaves no partial file; a previous file at the path is kept. Files whose writer
 aborts the whole process on an I/O error (Blender's Alembic exporter) are written first into this
 process's own temporary folder, checked for free space, then copied into place the same way. Inside
-``all_or_nothing()`` the renames wait until the block succeeds, and a rename that fails puts back the
-files renamed before it, so a run leaves all its outputs complete or every earlier file as it was. Each
+``all_or_nothing()`` the renames wait until the block succeeds; each replaced file is kept as a backup until
+the outermost block has succeeded, so a rename that fails, an error or a SIGTERM after the renames puts back
+every file renamed before it: a run leaves all its outputs complete or every earlier file as it was. Each
 private folder or file is locked (flock) while its process lives; the next write into that folder removes
 those of ended processes (``clean_stale_partials``). No bpy here.
 """
@@ -315,7 +316,15 @@ def _copy(src, dst):
         shutil.copyfileobj(fin, fout, CHUNK)
 
 
-_pending = []     # a stack: the (tmp, path) renames waiting for the end of each all_or_nothing()
+class _Run:
+    """The state of one all_or_nothing block: the (tmp, path) renames waiting for its end, the (path, backup)
+    renames done (put back if the outermost block fails), and the temporary files to remove at the end."""
+
+    def __init__(self):
+        self.waiting, self.done, self.temporaries = [], [], []
+
+
+_pending = []     # a stack of _Run, one per open all_or_nothing()
 
 
 def _umask():
@@ -349,35 +358,60 @@ def _replace(tmp, path):
     os.replace(tmp, path)
 
 
-def _commit(waiting):
+@contextmanager
+def _signals_held():
+    """Hold SIGTERM and SIGINT back while files are renamed or put back (delivered when the block ends), so
+    a cancelled run stops between whole steps: before the renames, or after them with the backups kept."""
+    held = {signal.SIGTERM, signal.SIGINT}
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _put_back(done):
+    """Undo the renames ``done`` ((path, backup) in order): each replaced file back from its backup (the
+    same inode, bytes, mode and time), each new file removed."""
+    for path, backup in reversed(done):
+        if backup:
+            os.replace(backup, path)
+        elif os.path.lexists(path):
+            os.remove(path)
+    del done[:]
+
+
+def _commit(waiting, done):
     """Rename every (tmp, path) of ``waiting`` into place, or none: two entries naming one path are
-    refused before any rename, and a rename that fails puts back the files renamed before it (each old
-    file is kept as a hard link in its private folder until all are renamed)."""
+    refused before any rename, and a rename that fails puts back the files renamed before it. Each old
+    file is kept as a hard link ``tmp + BACKUP`` in its private folder; ``done`` receives (path, backup)
+    of every rename, so that the enclosing all_or_nothing can still put them back."""
     targets = [path for _, path in waiting]
     twice = sorted({p for p in targets if targets.count(p) > 1})
     if twice:
         raise LoopInputError(f"two outputs of this run name the same file {twice[0]}: one would overwrite the "
                              "other. Give each output its own path (the VAT folder holds NAME_pos.png, "
                              "NAME_nrm.png, NAME_pos.exr, NAME_nrm.exr, NAME.json and NAME_mesh.glb)")
-    done = []
-    try:
-        for tmp, path in waiting:
-            backup = None
-            if os.path.isfile(path) and not os.path.islink(path):
-                backup = tmp + BACKUP
-                try:
-                    os.link(path, backup)
-                except OSError:        # a file system without hard links: no way back for this one
-                    backup = None
-            _replace(tmp, path)
-            done.append((path, backup))
-    except BaseException:
-        for path, backup in reversed(done):
-            if backup:
-                os.replace(backup, path)
-            elif os.path.lexists(path):
-                os.remove(path)
-        raise
+    mine = []
+    with _signals_held():
+        try:
+            for tmp, path in waiting:
+                backup = None
+                if os.path.isfile(path) and not os.path.islink(path):
+                    backup = tmp + BACKUP
+                    try:
+                        os.link(path, backup)
+                    except OSError:        # a file system without hard links: no way back for this one
+                        backup = None
+                _replace(tmp, path)
+                mine.append((path, backup))
+        except BaseException:
+            _put_back(mine)
+            raise
+    done.extend(mine)
 
 
 def _finish(tmp, path, what, verify):
@@ -394,7 +428,7 @@ def _finish(tmp, path, what, verify):
     if _pending:
         if tmp in _locks:           # a writer that saved by renaming its own file onto tmp: lock the new one
             _lock(tmp)
-        _pending[-1].append((tmp, path))
+        _pending[-1].waiting.append((tmp, path))
         return
     _replace(tmp, path)
     _fsync(os.path.dirname(path), folder=True)
@@ -416,37 +450,59 @@ def _terminated(signum, frame):
 def all_or_nothing(outputs=(), report=None, keep=None):
     """Outputs written inside the block appear together when it ends without error; else none of them.
 
-    On an exception the files of ``outputs`` that the block created or replaced (by any writer) are
-    removed, and then the (older) ``report``, which no longer matches them; a folder output (textures) the
-    block made is removed once the files waiting in it are, one that existed is left; ``keep`` (the input
-    .blend) never is. Files that did not change are left alone (the report too, when no file was removed),
-    so bad input found before writing anything, or a run cancelled before its renames, leaves every file as
-    it was. A farm cancelling the task with SIGTERM gets the same clean-up (exit status 128 + 15) when this
-    runs on the main thread."""
+    The renames wait until the block ends. Each replaced file is kept as a backup (a hard link) until the
+    outermost block ends: when it fails, also after the renames (an error or a SIGTERM while the report is
+    printed), every renamed output is put back from its backup, byte for byte, and every new one removed.
+    On an exception the files of ``outputs`` that the block's writers changed in place (not through
+    ``atomic_path``) are removed too, and then the (older) ``report``, which no longer matches them; a
+    folder output (textures) the block made is removed once the files waiting in it are, one that existed
+    is left; ``keep`` (the input .blend) never is. So bad input found before writing anything, a run
+    cancelled before or after its renames, or a failed export leaves every earlier file as it was. A farm
+    cancelling the task with SIGTERM gets the same (exit status 128 + 15) when this runs on the main thread.
+
+    Parameters
+    ----------
+    outputs : sequence of str
+        The run's output paths (files or folders).
+    report : str or None
+        The earlier report beside them, removed when an output it describes is removed.
+    keep : str or None
+        A path among ``outputs`` never removed (the input .blend saved over with ``--overwrite``).
+    """
     paths = [p for p in outputs if not keep or os.path.abspath(p) != os.path.abspath(keep)]
     before = {p: _stamp(p) for p in paths}
     main = bool(paths) and threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if main else None
-    waiting, made_folders = [], []
-    _pending.append(waiting)
+    run, made_folders = _Run(), []
+    outer = _pending[-1] if _pending else None
+    _pending.append(run)
+    ok = False
     try:
         yield
-        _commit(waiting)
-        for folder in {os.path.dirname(path) for _, path in waiting}:
+        _commit(run.waiting, run.done)
+        for folder in {os.path.dirname(path) for path in (p for _, p in run.waiting)}:
             _fsync(folder, folder=True)
+        ok = True
     except BaseException:
-        changed = [p for p in paths if _stamp(p) not in (None, before[p])]
-        removed = [p for p in changed if not os.path.isdir(p)]
-        made_folders = [p for p in changed if os.path.isdir(p) and before[p] is None]
-        for p in removed:
-            os.remove(p)
-        if removed and report and os.path.isfile(report):     # a folder made and removed again changed nothing
-            os.remove(report)
+        with _signals_held():
+            _put_back(run.done)
+            changed = [p for p in paths if _stamp(p) not in (None, before[p])]
+            removed = [p for p in changed if not os.path.isdir(p)]
+            made_folders = [p for p in changed if os.path.isdir(p) and before[p] is None]
+            for p in removed:
+                os.remove(p)
+            if removed and report and os.path.isfile(report):     # a folder made and removed again changed nothing
+                os.remove(report)
         raise
     finally:
         _pending.pop()
-        for tmp, _ in waiting:
-            _discard(tmp)
+        run.temporaries += [tmp for tmp, _ in run.waiting]
+        if ok and outer is not None:       # the enclosing block decides: keep the backups until it ends
+            outer.done += run.done
+            outer.temporaries += run.temporaries
+        else:
+            for tmp in run.temporaries:
+                _discard(tmp)
         for folder in made_folders:        # a folder output the block made: gone once its files are
             if not os.listdir(folder):
                 os.rmdir(folder)
@@ -478,7 +534,7 @@ def atomic_path(path, what="output", verify=None):
         except OSError as exc:
             raise write_failure(path, what, exc, kept) from exc
     finally:
-        waiting = _pending[-1] if _pending else []
+        waiting = _pending[-1].waiting if _pending else []
         if staged and os.path.exists(staged):
             os.remove(staged)
         if tmp and (tmp, path) not in waiting:
