@@ -24,8 +24,8 @@ def check_numbers(iterations, substeps, soft, tolerance, physics_tolerance):
     if not soft >= 0:
         raise LoopInputError(f"the soft weight of the first two frames must be 0 (hard constraints) or positive "
                              f"(got {soft:g})")
-    if not tolerance > 0:
-        raise LoopInputError(f"the tolerance must be positive (got {tolerance:g})")
+    if not 0 < tolerance < float("inf"):
+        raise LoopInputError(f"the tolerance must be a finite positive number (got {tolerance:g})")
     if not 0 <= physics_tolerance < 1:
         raise LoopInputError(f"the physics tolerance is a fraction of the forces at play: 0 (minimize on) or "
                              f"between 0 and 1 (got {physics_tolerance:g})")

@@ -73,6 +73,15 @@ def test_the_farm_probe_reads_an_object_whose_name_has_a_comma_as_one_object(tmp
     assert found["Flag,Planet"] == {"error": f"no object 'Flag' in {bpy.data.filepath}"}
 
 
+@pytest.mark.parametrize("tol", ["inf", "nan", "0"])
+def test_bake_refuses_a_tolerance_that_is_not_finite(tmp_path, capsys, tol):
+    path = open_sample("flag", tmp_path)
+    status = bake.main(["bake.py", path, "--", "--object", "Flag", *QUICK, "--tol", tol,
+                        "--pc2", str(tmp_path / "r.pc2")])
+    assert status == 2 and "finite positive number" in capsys.readouterr().err
+    assert not (tmp_path / "r.pc2").exists()
+
+
 def test_an_empty_object_name_is_refused(tmp_path, capsys):
     path = open_sample("flag", tmp_path)
     status = bake.main(["bake.py", path, "--", "--object", "", *QUICK, "--pc2", str(tmp_path / "r.pc2")])
