@@ -29,6 +29,7 @@ import sys
 import time
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
@@ -36,7 +37,7 @@ import solver_core as sc
 from solver_core.baselines import crossfade_loop
 from solver_core.metrics import loop_metrics, relative_residual, rms_speed
 from solver_core.physics.models.external import Wind
-from solver_core.physics.residual import ResidualJacobian, force_steps, penalty_terms, residual_steps
+from solver_core.physics.residual import ResidualJacobian, force_steps, loss, penalty_terms, residual_steps
 
 README_JOB = ["sample_scenes/flag.blend", "--object", "Flag", "--frames", "49", "72", "--init", "cache",
               "--substeps", "1", "--soft", "1000", "--iterations", "20"]
@@ -300,19 +301,33 @@ def check_jacobians(aug, x, rng, eps=1e-6):
     return errors
 
 
-def _solve(A, b):
-    """A^-1 b of a symmetric positive definite A: CHOLMOD when sksparse is installed, else SuperLU."""
+def _factor(A):
+    """A function b -> A^-1 b of a symmetric positive definite sparse A: CHOLMOD when sksparse is installed,
+    else SuperLU."""
     try:
         from sksparse.cholmod import cholesky
     except ImportError:
-        return spla.spsolve(A, b)
-    return cholesky(A)(b)
+        return spla.factorized(A.tocsc())
+    return cholesky(A.tocsc())
+
+
+def _split_dense(parts):
+    """(sparse J of the parts but the speed row, residual, the speed row as a dense vector or None)."""
+    sparse = [p for p in parts if p[0] != "speed"]
+    dense = [p for p in parts if p[0] == "speed"]
+    r = np.concatenate([p[1] for p in sparse] + [p[1] for p in dense])
+    J = sp.vstack([p[2] for p in sparse]).tocsr()
+    row = dense[0][2].toarray().ravel() if dense else None
+    return J, r, row
 
 
 def solve(aug, max_iters=30, tol=sc.TOL, lam=1e-3):
-    """Levenberg–Marquardt from the crossfade and theta = 0; (x, iterations, loss)."""
+    """Levenberg–Marquardt from the crossfade and theta = 0; (x, iterations, loss).
+
+    The speed criterion's one dense row enters as a rank-one update (Sherman–Morrison), so the normal matrix
+    keeps the sparsity of the physics rows."""
     x = aug.pack(aug.start, np.zeros(aug.n_theta))
-    r, J, _ = aug.residual(x)
+    J, r, row = _split_dense(aug.blocks(x))
     f = 0.5 * r @ r
     prob = aug.prob
     diag = np.r_[np.broadcast_to((6.0 * prob.model.mass / prob.h ** 3)[None, :, None],
@@ -321,10 +336,16 @@ def solve(aug, max_iters=30, tol=sc.TOL, lam=1e-3):
     it = 0
     for it in range(1, max_iters + 1):
         H = (J.T @ J).tocsc()
-        g = J.T @ r
+        g = J.T @ r[:J.shape[0]]
+        if row is not None:
+            g = g + row * r[-1]
         while True:
-            step = _solve(H + lam * sp.diags(diag, format="csc"), -g)
-            r_new, _, _ = aug.residual(x + step, jacobian=False)
+            solve_a = _factor(H + lam * sp.diags(diag, format="csc"))
+            step = solve_a(-g)
+            if row is not None:
+                a_row = solve_a(row)
+                step = step - a_row * (row @ step) / (1.0 + row @ a_row)
+            r_new = np.concatenate([p[1] for p in aug.blocks(x + step, False)])
             f_new = 0.5 * r_new @ r_new
             if f_new < f:
                 lam = max(lam / 3, 1e-9)
@@ -335,7 +356,7 @@ def solve(aug, max_iters=30, tol=sc.TOL, lam=1e-3):
         x = x + step
         decrease = (f - f_new) / f
         f = f_new
-        r, J, _ = aug.residual(x)
+        J, r, row = _split_dense(aug.blocks(x))
         if decrease < tol:
             break
     return x, it, f
@@ -381,7 +402,8 @@ def run_case(prob, clip, args, rng):
         drive, wind_peak = None, None
         if name == "make_loop":
             result = sc.loop_clip(prob, clip, init="cache", max_iters=20, physics_tol=sc.PHYSICS_TOL)
-            q, iters, value = result.q, result.iterations, result.loss
+            q, iters = result.q, result.nit
+            value = loss(prob, q)
             aug = Augmented(prob, clip)
         else:
             family, criterion = name.split("/")
