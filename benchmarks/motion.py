@@ -16,7 +16,7 @@ with u the problem's residual forces (solver_core.physics.residual) and f a driv
 - ``none``: no driving force (the problem's own loss).
 
 Motion criteria: ``none``; ``track`` (w m / h^3 |q_j - cache_j|^2 on the frames more than ``--seam`` frames from
-the wrap); ``speed`` (g E_0 ((K - K_c) / K_c)^2, K the loop's kinetic energy summed over its steps, K_c the
+the wrap); ``speed`` (g ((K - K_c) / K_c)^2 / 2, K the loop's kinetic energy summed over its steps, K_c the
 cache's over as many steps, E_0 the crossfade's loss). Every Jacobian (the physics rows, the driving force's
 dq and dtheta, the penalties, the speed row) is checked against central finite differences before the solve.
 
@@ -44,7 +44,7 @@ README_JOB = ["sample_scenes/flag.blend", "--object", "Flag", "--frames", "49", 
 GUSTS_JOB = ["sample_scenes/flag_gusts.blend", "--object", "Flag", "--init", "cache", "--substeps", "1",
              "--soft", "1000", "--iterations", "20"]
 CANDIDATES = ("make_loop", "none/none", "wind/none", "wind/track", "wind/speed", "modes/none", "modes/track",
-              "modes/speed")
+              "modes/speed", "wind/track+speed", "modes/track+speed")
 
 
 def gather(job):
@@ -205,7 +205,7 @@ class Augmented:
                 r = big @ theta
                 J = sp.hstack([sp.csr_matrix((big.shape[0], self.n_q)), big]).tocsr() if jacobian else None
                 out.append((name, r, J))
-        if self.criterion == "track":
+        if "track" in self.criterion.split("+"):
             cols = np.concatenate([self._cols_of_step(j) for j in self.track_steps])
             flat = self.rj.free_flat[cols]
             weights = np.sqrt(np.repeat(self.track_weight, 3))[flat % self.dof]
@@ -213,7 +213,7 @@ class Augmented:
             J = sp.csr_matrix((weights, (np.arange(cols.size), cols)), shape=(cols.size, self.n_q + self.n_theta)) \
                 if jacobian else None
             out.append(("track", r, J))
-        elif self.criterion == "speed":
+        if "speed" in self.criterion.split("+"):
             K = self._kinetic(q)
             s = np.sqrt(self.speed_weight)
             r = np.array([s * (K - self.kinetic_cache) / self.kinetic_cache])
@@ -380,7 +380,7 @@ def figures(prob, clip, q, drive=None, scene_wind=None, wind=None):
         d = 0.0 if drive is None else np.sqrt(np.mean(np.sum(drive ** 2, axis=-1), axis=-1)).max()
         row["drive"] = float(d / wrms)
         base = np.asarray(scene_wind.wind, dtype=float)
-        if wind is not None:
+        if wind is not None:      # a scene wind varying in time counts as its mean vector
             row["wind"] = float(np.linalg.norm(base.reshape(-1, 3).mean(axis=0) + wind, axis=1).max()
                                 / np.linalg.norm(base.reshape(-1, 3).mean(axis=0)))
     return row
