@@ -89,13 +89,16 @@ class Augmented:
     """Residual vector r(x) and Jacobian of the augmented loss 1/2 |r|^2 on x = (free q, theta)."""
 
     def __init__(self, prob, clip, family="none", criterion="none", a=1e-2, b=1.0, modes=6, track=1e-3, seam=4,
-                 speed=1e2):
+                 speed=1e2, start="crossfade"):
         self.prob, self.family, self.criterion = prob, family, criterion
         self.rj = ResidualJacobian(prob)
         n_steps, n = prob.n_steps, prob.n_vertices
         self.dof = 3 * n
         self.cache = prob.steps_of(clip)
-        self.start = prob.apply_constraints(prob.steps_of(crossfade_loop(clip)))
+        # the cache's crossfade plays the cache's middle frame at frame 0; the cache itself ("cache") agrees in
+        # phase with the soft initial conditions (frame 0 near the cache's first frame) and jumps at the wrap
+        first = crossfade_loop(clip) if start == "crossfade" else np.asarray(clip, dtype=float)
+        self.start = prob.apply_constraints(prob.steps_of(first))
         self.k_rows, _ = force_steps(prob)
         self.roots = np.sqrt(self.rj.row_weights)
         self.n_q = self.rj.free_flat.size
@@ -322,7 +325,7 @@ def _split_dense(parts):
 
 
 def solve(aug, max_iters=30, tol=sc.TOL, lam=1e-3):
-    """Levenberg–Marquardt from the crossfade and theta = 0; (x, iterations, loss).
+    """Levenberg–Marquardt from ``aug.start`` and theta = 0; (x, iterations, loss).
 
     The speed criterion's one dense row enters as a rank-one update (Sherman–Morrison), so the normal matrix
     keeps the sparsity of the physics rows."""
@@ -408,7 +411,7 @@ def run_case(prob, clip, args, rng):
         else:
             family, criterion = name.split("/")
             aug = Augmented(prob, clip, family, criterion, a=args.a, b=args.b, modes=args.modes, track=args.track,
-                            seam=args.seam, speed=args.speed)
+                            seam=args.seam, speed=args.speed, start=args.start)
             if args.check:
                 errors = check_jacobians(aug, aug.pack(aug.start, np.zeros(aug.n_theta)), rng)
                 print("    finite differences, relative error: "
@@ -444,6 +447,9 @@ def main(argv=None):
     p.add_argument("--track", type=float, default=1e-3, help="tracking weight in units of m / h^3")
     p.add_argument("--seam", type=int, default=4, help="frames either side of the wrap left free of tracking")
     p.add_argument("--speed", type=float, default=1e2, help="weight of the kinetic-energy penalty")
+    p.add_argument("--start", choices=("crossfade", "cache"), default="crossfade",
+                   help="the start of q: the cache's crossfade (as --init cache) or the cache itself, in phase "
+                        "with the soft initial conditions")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the finite-difference checks")
     p.add_argument("--save", metavar="FOLDER", help="save each gathered problem and clip there")
     args = p.parse_args(argv)
