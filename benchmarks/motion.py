@@ -1,7 +1,7 @@
 """Loops that keep the cache's motion: a designed driving force (wind or smooth body forces) solved with q.
 
-A prototype for issue 42, measured on Blender flags (the README's main job by default): Levenberg–Marquardt on
-the augmented unknowns (q, theta) of the loss
+A prototype of the formulation in docs/design/motion.md, measured on Blender flags (the README's main job by
+default): Levenberg–Marquardt on the augmented unknowns (q, theta) of the loss
 
     1/2 sum_j h |u_j(q) - f_j(q_j, theta_j)|^2_{M^-1}  +  the problem's soft initial conditions
     + a h sum_j |f(theta_j)|^2 + b h sum_j |theta_{j+1} - 2 theta_j + theta_{j-1}|^2 (scaled alike)
