@@ -89,7 +89,7 @@ class Augmented:
     """Residual vector r(x) and Jacobian of the augmented loss 1/2 |r|^2 on x = (free q, theta)."""
 
     def __init__(self, prob, clip, family="none", criterion="none", a=1e-2, b=1.0, modes=6, track=1e-3, seam=4,
-                 speed=1e2, start="crossfade"):
+                 speed=1e2, start="crossfade", soft_from_start=False):
         self.prob, self.family, self.criterion = prob, family, criterion
         self.rj = ResidualJacobian(prob)
         n_steps, n = prob.n_steps, prob.n_vertices
@@ -128,6 +128,8 @@ class Augmented:
             self.scale = 1.0
         self.a, self.b = a, b
         self.penalties = penalty_terms(prob, self.start)
+        if soft_from_start:     # the soft initial conditions in the start's phase (its frames 0 and 1)
+            self.penalties = [(w, j, self.start[j]) for w, j, _ in self.penalties]
         self.seam = seam
         steps = np.arange(n_steps)
         far = np.minimum(steps, n_steps - steps) > seam
@@ -411,7 +413,8 @@ def run_case(prob, clip, args, rng):
         else:
             family, criterion = name.split("/")
             aug = Augmented(prob, clip, family, criterion, a=args.a, b=args.b, modes=args.modes, track=args.track,
-                            seam=args.seam, speed=args.speed, start=args.start)
+                            seam=args.seam, speed=args.speed, start=args.start,
+                            soft_from_start=args.soft_from_start)
             if args.check:
                 errors = check_jacobians(aug, aug.pack(aug.start, np.zeros(aug.n_theta)), rng)
                 print("    finite differences, relative error: "
@@ -450,6 +453,8 @@ def main(argv=None):
     p.add_argument("--start", choices=("crossfade", "cache"), default="crossfade",
                    help="the start of q: the cache's crossfade (as --init cache) or the cache itself, in phase "
                         "with the soft initial conditions")
+    p.add_argument("--soft-from-start", action="store_true",
+                   help="pull frames 0 and 1 toward the start's (not the cache's first two frames)")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the finite-difference checks")
     p.add_argument("--save", metavar="FOLDER", help="save each gathered problem and clip there")
     args = p.parse_args(argv)
