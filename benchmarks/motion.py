@@ -89,7 +89,7 @@ class Augmented:
     """Residual vector r(x) and Jacobian of the augmented loss 1/2 |r|^2 on x = (free q, theta)."""
 
     def __init__(self, prob, clip, family="none", criterion="none", a=1e-2, b=1.0, modes=6, track=1e-3, seam=4,
-                 speed=1e2, start="crossfade", soft_from_start=False):
+                 speed=1e2, start="crossfade", soft_from_start=False, track_target="cache"):
         self.prob, self.family, self.criterion = prob, family, criterion
         self.rj = ResidualJacobian(prob)
         n_steps, n = prob.n_steps, prob.n_vertices
@@ -135,6 +135,8 @@ class Augmented:
         far = np.minimum(steps, n_steps - steps) > seam
         self.track_steps = steps[far]
         self.track_weight = track * prob.model.mass / prob.h ** 3
+        # the path tracked: the cache (it does not close at the wrap) or the crossfade (periodic)
+        self.reference = self.cache if track_target == "cache" else prob.steps_of(crossfade_loop(clip))
         self.kinetic_cache = self._kinetic(self.cache, wrap=False) * n_steps / (n_steps - 1)
         self.speed_weight = speed
 
@@ -214,7 +216,7 @@ class Augmented:
             cols = np.concatenate([self._cols_of_step(j) for j in self.track_steps])
             flat = self.rj.free_flat[cols]
             weights = np.sqrt(np.repeat(self.track_weight, 3))[flat % self.dof]
-            r = weights * (q.reshape(-1)[flat] - self.cache.reshape(-1)[flat])
+            r = weights * (q.reshape(-1)[flat] - self.reference.reshape(-1)[flat])
             J = sp.csr_matrix((weights, (np.arange(cols.size), cols)), shape=(cols.size, self.n_q + self.n_theta)) \
                 if jacobian else None
             out.append(("track", r, J))
@@ -414,7 +416,7 @@ def run_case(prob, clip, args, rng):
             family, criterion = name.split("/")
             aug = Augmented(prob, clip, family, criterion, a=args.a, b=args.b, modes=args.modes, track=args.track,
                             seam=args.seam, speed=args.speed, start=args.start,
-                            soft_from_start=args.soft_from_start)
+                            soft_from_start=args.soft_from_start, track_target=args.track_target)
             if args.check:
                 errors = check_jacobians(aug, aug.pack(aug.start, np.zeros(aug.n_theta)), rng)
                 print("    finite differences, relative error: "
@@ -448,13 +450,15 @@ def main(argv=None):
     p.add_argument("--b", type=float, default=1.0, help="weight of its periodic second difference")
     p.add_argument("--modes", type=int, default=6, help="Laplacian modes of the body-force family")
     p.add_argument("--track", type=float, default=1e-3, help="tracking weight in units of m / h^3")
-    p.add_argument("--seam", type=int, default=4, help="frames either side of the wrap left free of tracking")
+    p.add_argument("--seam", type=int, default=4, help="frames either side of the wrap left free of tracking (-1: track every frame)")
     p.add_argument("--speed", type=float, default=1e2, help="weight of the kinetic-energy penalty")
     p.add_argument("--start", choices=("crossfade", "cache"), default="crossfade",
                    help="the start of q: the cache's crossfade (as --init cache) or the cache itself, in phase "
                         "with the soft initial conditions")
     p.add_argument("--soft-from-start", action="store_true",
                    help="pull frames 0 and 1 toward the start's (not the cache's first two frames)")
+    p.add_argument("--track-target", choices=("cache", "crossfade"), default="cache",
+                   help="the path the track criterion follows: the cache, or its crossfade (periodic)")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the finite-difference checks")
     p.add_argument("--save", metavar="FOLDER", help="save each gathered problem and clip there")
     args = p.parse_args(argv)
