@@ -17,6 +17,7 @@ import numpy as np
 
 from .loop import LoopResult
 from .physics.models.base import Term
+from .file_locks import lock_held, process_alive
 from .problem import LoopProblem
 
 try:
@@ -85,35 +86,6 @@ def _decode(value, arrays, classes):
 _PARTIAL_NAME = re.compile(r"\.partial-(\d+)(?:-[a-z0-9_]{8})?\.npz$")
 
 
-def _alive(pid):
-    """True when a process ``pid`` runs here (or exists but belongs to another user)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _held(path):
-    """True when a live process holds the flock of ``path``: a writer of another PID namespace sharing the
-    folder, whose pid means nothing here."""
-    if fcntl is None:
-        return False
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 def clean_stale_partials(folder):
     """Remove the temporary files of ``_write_npz`` in ``folder`` that no live process writes (the add-on's
     ``files.clean_stale_partials`` rule): only names ``*.partial-<pid>[-<random>].npz``, only when that pid
@@ -138,7 +110,8 @@ def clean_stale_partials(folder):
     for name in names:
         match = _PARTIAL_NAME.search(name)
         path = os.path.join(folder, name)
-        if not match or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))) or _held(path):
+        pid = int(match.group(1)) if match else None
+        if pid is None or pid == os.getpid() or process_alive(pid) or lock_held(path):
             continue
         try:
             os.remove(path)         # a file or a link (not followed); a folder of that name stays

@@ -28,6 +28,7 @@ import tempfile
 import threading
 from contextlib import contextmanager
 
+from ..core import sc
 from ..errors import LoopInputError, LoopWriteError
 
 try:
@@ -232,23 +233,6 @@ def _unlock(path):
         os.close(fd)
 
 
-def _held(path):
-    """True when a live process holds the flock of ``path`` (a folder or file); False when it can be taken."""
-    if fcntl is None:
-        return False
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 def _private_folder(path):
     """A new private folder (0700, locked) beside ``path``: ``<name>.partial-<pid>-<random>``."""
     folder = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=f"{os.path.basename(path)}{PARTIAL}{os.getpid()}-")
@@ -298,7 +282,8 @@ def clean_stale_partials(folder):
     for name in names:
         match = _PARTIAL_NAME.search(name)
         path = os.path.join(folder, name)
-        if not match or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))) or _held(path):
+        pid = int(match.group(1)) if match else None
+        if pid is None or pid == os.getpid() or sc.file_locks.process_alive(pid) or sc.file_locks.lock_held(path):
             continue
         try:
             if stat.S_ISDIR(os.lstat(path).st_mode):
@@ -570,16 +555,6 @@ def temp_folder():
     return folder
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clean_stale_temp(root=None):
     """Remove temporary folders (``cyclic_loop_<pid>_*``) whose process has ended; returns their paths.
 
@@ -590,8 +565,8 @@ def clean_stale_temp(root=None):
     for name in os.listdir(root):
         pid = name[len(TEMP_PREFIX):].split("_", 1)[0]
         path = os.path.join(root, name)
-        if (name.startswith(TEMP_PREFIX) and pid.isdigit() and not _alive(int(pid)) and os.path.isdir(path)
-                and not os.path.islink(path) and not _held(path)):
+        if (name.startswith(TEMP_PREFIX) and pid.isdigit() and not sc.file_locks.process_alive(int(pid))
+                and os.path.isdir(path) and not os.path.islink(path) and not sc.file_locks.lock_held(path)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
