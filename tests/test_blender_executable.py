@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from bake_scripts import TERMINATED_AFTER_THE_RENAMES
+
 bpy = pytest.importorskip("bpy")
 addon_utils = pytest.importorskip("addon_utils")
 
@@ -349,23 +351,6 @@ def test_bake_exits_with_its_status_on_a_scene_with_scripted_drivers(flag_blend,
     proc = blender_run(str(scene), "--python", BAKE, "--", *QUICK, "--frames", "1", "2", "--pc2",
                        str(tmp_path / "s.pc2"), timeout=300)
     assert proc.returncode == 2 and not (tmp_path / "s.pc2").exists(), proc.stderr[-2000:]
-
-
-TERMINATED_AFTER_THE_RENAMES = """import os, sys
-sys.path.insert(0, {root!r})
-from cyclic_loop_addon import bake
-say = bake._say
-
-
-def _say(text):
-    say(text)
-    if text.startswith("wrote "):       # every output renamed into place; the run is not over yet
-        sys.stdin.readline()            # the test sends SIGTERM here
-
-
-bake._say = _say
-bake.leave(bake.main(sys.argv))
-"""
 
 
 def test_sigterm_after_the_renames_leaves_every_earlier_file_as_it_was(flag_blend, tmp_path):

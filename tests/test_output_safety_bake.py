@@ -10,6 +10,7 @@ import bpy
 import numpy as np
 import pytest
 
+from bake_scripts import TERMINATED_AFTER_THE_RENAMES
 from blender_helpers import evaluated_local, open_sample, settings
 
 from cyclic_loop_addon import bake  # noqa: E402  (after bpy)
@@ -170,23 +171,6 @@ def test_the_next_bake_removes_a_killed_runs_temporaries_before_any_work(tmp_pat
                         capsys)
     assert status == 2 and "at least 4" in err, err
     assert sorted(os.listdir(tmp_path)) == ["flag.blend", live.name]
-
-
-TERMINATED_AFTER_THE_RENAMES = """import os, sys
-sys.path.insert(0, {root!r})
-from cyclic_loop_addon import bake
-say = bake._say
-
-
-def _say(text):
-    say(text)
-    if text.startswith("wrote "):       # every output renamed into place; the run is not over yet
-        sys.stdin.readline()            # the test sends SIGTERM here
-
-
-bake._say = _say
-bake.leave(bake.main(sys.argv))
-"""
 
 
 def test_sigterm_after_the_renames_leaves_every_earlier_file_as_it_was(tmp_path, capsys):
