@@ -22,7 +22,7 @@ BENCHMARKS = {
     "coarse_to_fine": "bpy module",
     "flag_model_fit": "bpy module",
     "assembly": "bpy module",
-    "motion": "bpy module to gather",
+    "motion": "bpy module",
 }
 
 

@@ -41,12 +41,17 @@ CASES = {"flag": (14, 9, 1.5, 0.9, "edge", 5, (30, 77)),
          "square": (32, 32, 2.0, 2.0, "corners", 5, (31, 130)),
          "square16": (16, 16, 2.0, 2.0, "corners", 5, (16, 65))}
 
-# runs bake.py as __main__ and prints the child's peak resident memory (kB on Linux) last
-_CHILD = ("import resource, runpy, sys; sys.argv = sys.argv[1:]\n"
-          "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
-          "except SystemExit as exc:\n    code = exc.code\n"
-          "print('peak_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True)\n"
-          "sys.exit(code)\n")
+
+
+def run_measured(cmd):
+    """Run ``cmd``; (exit status, stdout, stderr, peak resident GB of that child alone, from ``os.wait4``: bake.py
+    leaves the bpy module with ``os._exit``, so the child cannot report its own)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        return child.returncode, out.read(), err.read(), usage.ru_maxrss / 2 ** 20
 
 
 def build(name):
@@ -88,15 +93,14 @@ def run_case(name, folder, options=()):
     bpy.ops.wm.save_as_mainfile(filepath=path)
     forward_s, prob = forward_seconds(obj, frames, options)
     report = os.path.join(folder, f"{name}.json")
-    cmd = [sys.executable, "-c", _CHILD, os.path.join(ROOT, "cyclic_loop_addon", "bake.py"), path, "--",
+    cmd = [sys.executable, os.path.join(ROOT, "cyclic_loop_addon", "bake.py"), path, "--",
            "--object", obj.name, "--frames", str(frames[0]), str(frames[1]),
            "--output", os.path.join(folder, f"{name}_loop.blend"), "--json", report, *options]
     t0 = time.perf_counter()
-    child = subprocess.run(cmd, capture_output=True, text=True)
+    status, stdout, stderr, peak_gb = run_measured(cmd)
     seconds = time.perf_counter() - t0
-    if child.returncode != 0:
-        raise SystemExit(f"bake.py failed on {name} (exit {child.returncode}):\n{child.stdout}\n{child.stderr}")
-    peak_gb = int(child.stdout.split("peak_kb")[-1].split()[0]) / 2 ** 20
+    if status != 0:
+        raise SystemExit(f"bake.py failed on {name} (exit {status}):\n{stdout}\n{stderr}")
     with open(report) as f:
         rep = json.load(f)
     n_loop = frames[1] - frames[0] + 1

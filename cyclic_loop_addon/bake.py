@@ -28,9 +28,9 @@ import traceback
 
 import bpy
 
-from .outputs import files, gltf
+from .outputs import files, gltf, wind_fields
 from . import limits
-from .pipeline import stages, scene_reader
+from .pipeline import scene_reader, solve, stages
 from .jobs import task_files
 from .jobs.batch import object_names
 from .ui.presets import PRESETS
@@ -80,8 +80,15 @@ def _parser():
                         "the forces at play is converged (0: minimize on)")
     p.add_argument("--soft", type=float, default=None, metavar="EPS",
                    help="soft first two frames with this eps, larger is freer (the panel's Softness; 0: hard, "
-                        "relaxed to soft only if the loop converges with a visible wrap; the report says how far "
-                        f"frame 0 moved; default: the model's: {_by_model('soft')})")
+                        "they stay where the cache has them; the report says how far frame 0 moved; default: "
+                        f"the model's: {_by_model('soft')})")
+    p.add_argument("--gusts", action=argparse.BooleanOptionalAction, default=True,
+                   help="design a gusting wind with the loop (with no wind in the scene: gentle body forces) that "
+                        "keeps it moving; --no-gusts: pure physics, which loops a damped cloth by calming it")
+    p.add_argument("--keep-motion", action=argparse.BooleanOptionalAction, default=True,
+                   help="hold the loop at the cache's speed (with --gusts)")
+    p.add_argument("--write-wind", action="store_true",
+                   help="add the designed gusts to the saved scene as keyed Wind fields (collection Loop Wind)")
     p.add_argument("--pin-group", default="", help="vertex group of pinned vertices (default: the modifier's)")
     p.add_argument("--colliders", default="", metavar="COLLECTION", help="collection of collider objects")
     p.add_argument("--gravitational-constant", type=float, default=1.0, help="G for N bodies")
@@ -122,7 +129,7 @@ def _settings(args):
     return scene_reader.with_defaults(scene_reader.LoopSettings(
         objects=names, frame_start=a, frame_end=b, model=args.model, init=args.init, scheme=args.scheme,
         substeps=args.substeps, iterations=args.iterations, tolerance=args.tol, physics_tolerance=args.physics_tol,
-        soft=args.soft,
+        soft=args.soft, gusts=args.gusts, keep_motion=args.keep_motion,
         pin_group=args.pin_group, collider_collection=args.colliders, bake_missing=args.bake,
         gravitational_constant=args.gravitational_constant))
 
@@ -209,7 +216,8 @@ def run(args):
     gathered = job.gathered
     prob = gathered.problem
     need = limits.estimate_bytes(prob.n_frames, prob.substeps, prob.n_vertices, prob.scheme,
-                                 gathered.model_name == "blender_cloth", soft_frames=prob.eps0 > 0 or prob.eps1 > 0)
+                                 gathered.model_name == "blender_cloth", soft_frames=prob.eps0 > 0 or prob.eps1 > 0,
+                                 driven=sc.choose_drive(prob, solve.motion_options(settings).motion.drive) is not None)
     _say(f"gathered {', '.join(gathered.object_names)}: model {gathered.model_name}, {prob.n_vertices} vertices, "
          f"{prob.n_frames} frames ({gathered.frame_start}..{int(gathered.frames[-1])}), "
          f"{prob.substeps} substeps, dt {prob.dt:g}, {len(prob.pins)} pins; memory estimate "
@@ -217,6 +225,8 @@ def run(args):
     if gathered.kind == "bodies" and (args.abc or args.pc2 or args.vat or args.glb):
         raise LoopInputError("--abc, --pc2, --vat and --glb hold mesh vertices; N bodies are written as location "
                              "keys (--output)")
+    if args.write_wind:
+        wind_fields.check(gathered, settings)
     for note in gathered.notes:
         _say(f"note: {note}")
     _say(f"solving (init {settings.init}, scheme {gathered.problem.scheme}, up to {settings.iterations} iterations)")
@@ -229,7 +239,8 @@ def run(args):
         _say(progress.line())
 
     with files.all_or_nothing():        # every output complete, or none of them
-        stages.run(job, paths, keys=bool(args.output), attach=bool(args.output), on_write=writing)
+        stages.run(job, paths, keys=bool(args.output), attach=bool(args.output), on_write=writing,
+                   wind=args.write_wind)
     _say("wrote " + ", ".join(getattr(args, o.name) for o in OUTPUTS if getattr(args, o.name)))
     for line in verdict_lines(job.report) + sc.format_report(job.report):
         _say(line)

@@ -44,12 +44,12 @@ def check_frames(start, end, step):
 
 
 def estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms=False, explicit_terms=False,
-                   soft_frames=False):
+                   soft_frames=False, driven=False):
     """Peak memory (bytes) of a solve of this size (``velocity_terms``: Blender cloth's damping;
     ``explicit_terms``: on Blender's own sub-steps, its hinges taken explicitly; ``soft_frames``: soft
-    first frames)."""
+    first frames; ``driven``: with the designed gusts)."""
     return sc.optimize.memory.peak_bytes(max(n_vertices, 1), n_frames * max(substeps, 1), scheme, velocity_terms,
-                                explicit_terms, soft_frames)
+                                         explicit_terms, soft_frames, driven)
 
 
 def available_bytes():
@@ -75,13 +75,17 @@ def available_bytes():
 
 
 def check_memory(n_frames, substeps, n_vertices, scheme, velocity_terms=False, explicit_terms=False,
-                 soft_frames=False):
+                 soft_frames=False, driven=False):
     """The estimate (bytes); raise LoopInputError when it does not fit the available memory."""
-    need = estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms, explicit_terms, soft_frames)
+    need = estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms, explicit_terms, soft_frames,
+                          driven)
     have = available_bytes()
     if have is not None and need > have:
+        gusts = ("; the designed gusts factor the whole loop at once: Allow Gusts off (bake.py --no-gusts) solves "
+                 f"it in about {estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms, explicit_terms, soft_frames) / GB:.1f} GB "
+                 "as pure physics, which calms a damped cloth" if driven else "")
         raise LoopInputError(
             f"this loop needs about {need / GB:.1f} GB of memory ({n_frames} frames x {max(substeps, 1)} substeps "
             f"x {n_vertices} vertices) but {have / GB:.1f} GB is available: shorten the frame range, lower the "
-            "substeps or loop a coarser mesh")
+            f"substeps or loop a coarser mesh{gusts}")
     return need

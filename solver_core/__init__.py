@@ -1,8 +1,8 @@
 """Physical cyclic animations (Jia, Wang, Li, Chern 2023) in numpy/scipy. Never imports bpy.
 
 ``__all__`` is the public API: a problem (``LoopProblem``, its models, forces and contacts), the solve
-(``make_loop``, ``loop_clip``, ``fast_projection``, ``GaussNewton``, ``simulate``, ``crossfade_clip``) and
-its tuning (``Options``), the result and its figures (``LoopResult``, ``residual``, ``loss``,
+(``make_loop``, ``loop_clip``, ``keep_motion``, ``fast_projection``, ``GaussNewton``, ``simulate``,
+``crossfade_clip``) and its tuning (``Options``, ``MotionOptions``), the result and its figures (``LoopResult``, ``residual``, ``loss``,
 ``loop_metrics``, ``loop_report``), files (``save_problem`` ... ``load_result``) and failures. The other
 names imported here (vocabularies, defaults, scene records, report helpers) serve the add-on and the tests;
 they are not part of the public API and may move.
@@ -16,9 +16,11 @@ from .physics.forward import simulate, SimulationFailed
 from .optimize.fast_projection import fast_projection, FastProjectionDiverged
 from .optimize.gauss_newton import GaussNewton
 from .loop import make_loop, LoopResult, TOL, PHYSICS_TOL, MAX_ITERS, INITS
-from .options import Options, DEFAULTS
+from .options import Options, MotionOptions, DEFAULTS
 from .result import Result, halts
 from .clip_loop import loop_clip, crossfade_clip, check_init, LoopFailed, CLIP_INITS
+from .motion import keep_motion, driving_force, motion_words, KEPT_SPEED
+from .physics.driving import choose_drive, FAMILIES as DRIVES
 from .report import loop_report, format_report, progress_line, parse_progress, versions
 from .baselines import forward_loop, crossfade_loop
 from .metrics import loop_metrics
@@ -41,6 +43,7 @@ __all__ = [
     "Gravity", "Wind", "FloorContact", "SphereContact", "MeshContact",
     # the solve and its tuning
     "make_loop", "loop_clip", "crossfade_clip", "simulate", "fast_projection", "GaussNewton", "Options",
+    "MotionOptions", "keep_motion",
     # the result and its figures
     "LoopResult", "residual", "loss", "loop_metrics", "loop_report",
     # files

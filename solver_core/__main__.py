@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -25,7 +26,8 @@ from .io import clean_stale_partials, load_problem, save_result
 from .optimize.linsolve import BACKENDS
 from .loop import make_loop
 from .metrics import loop_metrics
-from .options import MAX_ITERS, PHYSICS_TOL, TOL
+from .options import DEFAULTS, MAX_ITERS, PHYSICS_TOL, TOL
+from .physics.driving import FAMILIES
 from .report import progress_line, versions
 
 
@@ -101,6 +103,9 @@ def cmd_loop(args):
     options = dict(init=args.init, max_iters=args.max_iters, tol=args.tol, physics_tol=args.physics_tol,
                    backend=args.backend, callback=callback)
     clip = None if args.clip is None else np.load(args.clip, allow_pickle=False)
+    if clip is not None:
+        options["options"] = replace(DEFAULTS, motion=replace(DEFAULTS.motion, drive=args.drive,
+                                                              keep_speed=args.keep_speed))
     if args.method == "crossfade":
         res = _crossfade(prob, clip, callback)
     else:
@@ -202,6 +207,11 @@ def main(argv=None):
                    help="a seamless loop whose mean residual force is at most this fraction of the forces at "
                         "play is converged (0: minimize on)")
     p.add_argument("--backend", default="auto", choices=["auto", *BACKENDS])
+    p.add_argument("--drive", default=DEFAULTS.motion.drive, choices=FAMILIES,
+                   help="with --clip: the driving force designed with the loop (auto: the scene's wind gusting, "
+                        "else smooth body forces; none: pure physics)")
+    p.add_argument("--keep-speed", type=_fraction, default=DEFAULTS.motion.keep_speed, metavar="WEIGHT",
+                   help="with --clip: weight that holds the loop at the clip's speed (0: off)")
     p.add_argument("--quiet", action="store_true", help="no per-iteration progress lines")
     p.add_argument("--stop-with-stdin", action="store_true", help="exit when standard input closes")
     p.set_defaults(func=cmd_loop)

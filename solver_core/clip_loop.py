@@ -11,8 +11,10 @@ from .physics.forward import SimulationFailed
 from .optimize.gauss_newton import choose_backend
 from .optimize.linsolve import make_backend
 from .loop import LoopResult, make_loop
-from .metrics import loop_metrics, unseen, wrap_ratio
+from .metrics import loop_metrics, rms_speed, unseen, wrap_ratio
+from .motion import KEPT_SPEED, distance_figures, keep_motion
 from .options import DEFAULTS, MAX_ITERS, PHYSICS_TOL, TOL
+from .physics.driving import choose_drive
 from .starts import INITS, clip_starts, race
 
 # "cache": start from a crossfade of the clip itself; "cache_or_forward": Gauss–Newton from it and from the
@@ -108,6 +110,16 @@ def _make_loop(prob, clip, init, options, **kwargs):
     return kept
 
 
+def _pure_physics_motion(prob, clip, result):
+    """Add the speed kept to a pure-physics loop's metrics, and say so in its message when it went calm."""
+    ratio = rms_speed(result.q, prob.dt) / max(rms_speed(clip, prob.dt), 1e-300)
+    result.metrics["motion"] = dict(family="none", speed_ratio=ratio, drive_peak_g=0.0, wind_peak_ratio=None,
+                                    **distance_figures(result.q, clip))
+    if ratio < KEPT_SPEED and not result.cancelled:
+        result.message += (f"; calmer than the clip ({ratio:.0%} of its speed): a damped loop with no driving force "
+                           "loses its motion, allow a driving force to keep it")
+
+
 def _started(result, start):
     """``result`` with ``init_used`` set to ``start``."""
     result.init_used = start
@@ -116,7 +128,12 @@ def _started(result, start):
 
 def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto",
               physics_tol=PHYSICS_TOL, options=None):
-    """``make_loop`` of ``prob`` taken from the simulated ``clip``; LoopFailed when the solver fails or diverges.
+    """The loop of the simulated ``clip``; LoopFailed when the solver fails or diverges.
+
+    With a driving family (``options.motion.drive``: "auto" takes the scene's wind, else the mesh's body modes)
+    the loop and a periodic driving force are solved together at the clip's speed (``motion.keep_motion``);
+    without one (``drive="none"``, or N bodies) it is ``make_loop``'s pure-physics loop, whose message says when
+    it went calmer than the clip. ``metrics["motion"]`` holds the speed kept and the driving force's size.
 
     Parameters
     ----------
@@ -155,19 +172,29 @@ def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, 
     options = options or DEFAULTS
     kwargs = dict(max_iters=int(max_iters), tol=float(tol), callback=callback, backend=backend,
                   physics_tol=float(physics_tol))
+    clip = np.asarray(clip, dtype=float)
+    drive = choose_drive(prob, options.motion.drive, options.motion.modes)
+
+    def solve(start):
+        if drive is not None:
+            return keep_motion(prob, clip, drive, start, options=options, **kwargs)
+        return _make_loop(prob, clip, start, options, **kwargs)
+
     reason = ""
     try:
         try:
-            result = _make_loop(prob, clip, init, options, **kwargs)
+            result = solve(init)
         except SimulationFailed as exc:
             if init == "cache":
                 raise
             init, reason = "cache", f"{exc} (started from the Blender cache instead)"
-            result = _make_loop(prob, clip, init, options, **kwargs)
+            result = solve(init)
     except (SimulationFailed, np.linalg.LinAlgError, ArithmeticError) as exc:
         raise LoopFailed(f"the solver failed: {exc}") from exc
     if init == "cache":
         result.init_used, result.fallback_reason = "cache", reason
+    if drive is None:
+        _pure_physics_motion(prob, clip, result)
     if result.cancelled:
         return result
     if not np.all(np.isfinite(result.q)) or not np.isfinite(result.final_loss):

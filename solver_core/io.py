@@ -235,9 +235,10 @@ def save_result(path, res):
     res : LoopResult
         The result: its trajectories as arrays, every other field as JSON.
     """
-    fields = {k: v for k, v in res.items() if k not in _RESULT_ARRAYS}
+    fields = {k: v for k, v in res.items() if k not in _RESULT_ARRAYS and not isinstance(v, np.ndarray)}
     meta = dict(kind="result", format_version=FORMAT_VERSION, **fields)
     arrays = {k: res[k] for k in _RESULT_ARRAYS}
+    arrays.update({k: v for k, v in res.items() if isinstance(v, np.ndarray) and k not in _RESULT_ARRAYS})
     arrays["meta"] = np.array(json.dumps(meta, default=float))
     _write_npz(path, arrays)
 

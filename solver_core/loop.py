@@ -39,7 +39,8 @@ class LoopResult(Result):
                          fallback_reason="", cancelled=False, stop_reason="", fast_projection_iterations=0,
                          gauss_newton_iterations=0, fast_projection_seconds=0.0, gauss_newton_seconds=0.0,
                          initial_loss=float("nan"), final_loss=float("nan"), status=NO_PROGRESS, success=False,
-                         message="", metrics={}, initial_conditions="hard", first_frame_shift=0.0)
+                         message="", metrics={}, initial_conditions="hard", first_frame_shift=0.0,
+                         drive_family="none", drive_parameters=np.zeros((len(q_steps), 0)), wind=None)
         self.update(fields)
         self.setdefault("seconds", self.fast_projection_seconds + self.gauss_newton_seconds)
 
@@ -58,9 +59,10 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
 
     Gauss–Newton stops when the loss, or the decrease its model still predicts, falls by less than ``tol``
     relative per iteration, when a linear crawl has settled (``gauss_newton.remaining``), when the loop is
-    seamless and physical within ``physics_tol``, or at ``max_iters``. When it converged under hard initial
-    conditions with a visible wrap, it goes on (within ``max_iters``) with soft ones of eps
-    ``options.start.relax_eps`` (0 keeps them hard).
+    seamless and physical within ``physics_tol``, or at ``max_iters``. Hard initial conditions stay hard
+    unless the caller asks otherwise: with ``options.start.relax_eps`` > 0, a loop that converged under hard
+    ones with a visible wrap goes on (within ``max_iters``) with soft ones of that eps, and
+    ``initial_conditions`` says so.
 
     Parameters
     ----------

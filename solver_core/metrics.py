@@ -103,7 +103,7 @@ def within_tolerance(prob, q, tol, u=None, residual=None):
     return residual <= tol and seamless(prob, q)
 
 
-def loop_metrics(prob, q):
+def loop_metrics(prob, q, drive=None):
     """How seamless and how physical a loop is, measured the same way for any loop.
 
     The jumps are measured on the frames the loop plays (``prob.frames_of``): with sub-steps, the boundaries
@@ -116,6 +116,9 @@ def loop_metrics(prob, q):
         The problem.
     q : ndarray, shape (n_steps, n, 3)
         A loop on the solver grid.
+    drive : ndarray, shape (n_steps, n, 3), optional
+        The driving force the loop was solved with (``motion.keep_motion``): the residuals and the loss are
+        then of what it leaves unexplained.
 
     Returns
     -------
@@ -129,6 +132,8 @@ def loop_metrics(prob, q):
     frames = prob.frames_of(q)
     pos, vel = seam_statistics(frames, prob.dt)
     u = residual_steps(prob, q)
+    if drive is not None:
+        u = u - drive
     rel = relative_residual(prob, q, u)
     return dict(
         position_jump=float(pos[0]), velocity_jump=float(vel[0]),

@@ -71,7 +71,7 @@ class StartOptions:
     race_iterations: int = 10           # after a failed fast projection: iterations from each start
     race_final_iterations: int = 40     # ... then the two lowest go on to this many
     forward_race_iterations: int = 20   # init "forward": iterations from the clip and from closed_forward
-    relax_eps: float = 10.0             # soft initial conditions tried after hard ones left a visible wrap (0: never)
+    relax_eps: float = 0.0              # soft conditions of this eps after hard ones left a visible wrap (0: never)
     two_sided: bool = True              # reversible dynamics (N bodies) start from the two-sided guess
     blend: float = 0.25                 # two-sided guess: half-width of the blend, a fraction of the steps
     race_from: int = 3                  # "cache_or_forward": the trailing run may be dropped from here on
@@ -97,12 +97,33 @@ class FastProjectionOptions:
 
 
 @dataclass(frozen=True)
+class MotionOptions:
+    """A loop made from a clip (``loop_clip``): the driving force designed with it and how it keeps the clip's
+    motion (``driving``, ``optimize.driven``); evidence in ``docs/design/motion.md`` under each field's name."""
+    drive: str = "auto"                 # "auto" (the scene's wind, else body modes), "wind", "modes" or "none"
+    closed_gap: float = 1.0             # start from the closed clip when its wrap gap is below this many motions,
+                                        # else from its crossfade
+    keep_speed: float = 100.0           # weight of the relative kinetic-energy error against the clip's (0: off)
+    wind_bound: float = 2.0             # the designed wind's peak at most this times the scene wind's (0: no bound)
+    bound_weight: float = 1e3           # weight of the bound's hinge penalty on the relative excess
+    size: float = 1e-2                  # weight of the driving force's size, relative to a residual force's
+    roughness: float = 1.0              # weight of its periodic second difference in time
+    modes: int = 6                      # body modes: the mesh's lowest Laplacian eigenvectors, 3 coefficients each
+    speed_band: float = 0.1             # converged once the speed is within this fraction of the clip's ...
+    bound_slack: float = 0.02           # ... the wind within this fraction over its bound, the loop seamless and
+                                        # its residual outside the driving force within ``physics_tol``
+    settle: float = 1e-3                # ... or once the loss falls by less than this fraction in an iteration
+    damping0: float = 1e-3              # Levenberg–Marquardt's first damping, relative to the inertia metric
+
+
+@dataclass(frozen=True)
 class Options:
     """Every tuning value of a solve, grouped by the part of the solver that reads it."""
     gauss_newton: GaussNewtonOptions = field(default_factory=GaussNewtonOptions)
     linear_solve: LinearSolveOptions = field(default_factory=LinearSolveOptions)
     start: StartOptions = field(default_factory=StartOptions)
     fast_projection: FastProjectionOptions = field(default_factory=FastProjectionOptions)
+    motion: MotionOptions = field(default_factory=MotionOptions)
 
 
 DEFAULTS = Options()

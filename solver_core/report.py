@@ -34,7 +34,8 @@ def loop_report(prob, res, clip=None, **about):
     dict
         ``loop`` (and ``source``) metrics (``loop_metrics``: seam jumps, residuals, speed), the iterations,
         ``seconds``, ``init_used``, ``fallback_reason``, ``stop_reason``, ``status``, ``success``,
-        ``message``, the initial and final loss, ``n_frames``, ``substeps``, ``n_vertices``, and ``about``.
+        ``message``, the initial and final loss, ``n_frames``, ``substeps``, ``n_vertices``, ``motion`` (the
+        speed kept and the driving force's size, ``metrics["motion"]``; None for a crossfade), and ``about``.
     """
     rep = dict(loop=res.metrics["loop"],
                fast_projection_iterations=res.fast_projection_iterations,
@@ -42,7 +43,8 @@ def loop_report(prob, res, clip=None, **about):
                seconds=res.seconds, init_used=res.init_used, fallback_reason=res.fallback_reason,
                stop_reason=res.stop_reason, status=res.status, success=res.success, message=res.message,
                initial_loss=res.initial_loss, final_loss=res.final_loss,
-               n_frames=prob.n_frames, substeps=prob.substeps, n_vertices=prob.n_vertices)
+               n_frames=prob.n_frames, substeps=prob.substeps, n_vertices=prob.n_vertices,
+               motion=res.metrics.get("motion"))
     if clip is not None:
         rep["source"] = loop_metrics(prob, prob.steps_of(clip))
     rep.update(about)

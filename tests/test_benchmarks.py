@@ -36,19 +36,3 @@ def test_benchmark_gives_its_options(name):
 def test_unknown_benchmark_is_refused():
     done = run("no_such_benchmark")
     assert done.returncode == 2 and "unknown benchmark" in done.stderr
-
-
-@pytest.mark.parametrize("family", ["wind", "modes"])
-def test_motion_prototype_jacobians_match_finite_differences(family):
-    """benchmarks/motion.py's augmented Jacobians (physics, driving force, penalties, tracking, speed) on the
-    paper's flag at scale 0.25."""
-    import numpy as np
-    from benchmarks.motion import Augmented, check_jacobians
-    from solver_core.baselines import forward_loop
-    from solver_core.scenes.paper import flag
-
-    prob = flag(0.25).prob
-    clip = prob.frames_of(forward_loop(prob))
-    aug = Augmented(prob, clip, family, "track+speed", track=0.1, seam=2)
-    errors = check_jacobians(aug, aug.pack(aug.start, np.zeros(aug.n_theta)), np.random.default_rng(0))
-    assert max(errors.values()) < 1e-4, errors

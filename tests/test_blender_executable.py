@@ -159,6 +159,28 @@ def test_headless_bake(flag_blend, tmp_path):
     assert out.exists() and report.exists()
 
 
+def test_written_wind_is_cyclic_and_resimulates_near_the_loop_in_this_blender(tmp_path):
+    """bake.py --write-wind on the gusts sample in this Blender (3.4): the saved scene holds three Wind fields
+    keyed cyclically with the loop's period, and Blender's cloth re-simulated in them ends within the
+    reported distance of the loop."""
+    import json
+
+    out, report = tmp_path / "loop.blend", tmp_path / "loop.json"
+    proc = blender_run(os.path.join(ROOT, "sample_scenes", "flag_gusts.blend"), "--python",
+                       os.path.join(ROOT, "cyclic_loop_addon", "bake.py"), "--", "--object", "Flag", "--frames", "49",
+                       "72", "--output", str(out), "--json", str(report), "--write-wind", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    again = json.loads(report.read_text())["motion"]["resimulated"]
+    assert again["last"] <= 0.5 and again["last"] < again["periods"][0]
+    check = ("import bpy; c = bpy.data.collections['Loop Wind']; f = [o.animation_data.action.fcurves[0] for o in "
+             "sorted(c.objects, key=lambda o: o.name)]; assert [o.field.type for o in c.objects] == ['WIND'] * 3; "
+             "assert all(m.type == 'CYCLES' for x in f for m in x.modifiers); "
+             "assert all(abs(x.evaluate(49 + j) - x.evaluate(73 + j)) < 1e-6 for x in f for j in range(24)); "
+             "print('cyclic', [round(x.evaluate(60), 3) for x in f])")
+    proc = blender_run(str(out), "--python-expr", check, timeout=120)
+    assert proc.returncode == 0 and "cyclic " in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
 def test_engine_and_web_outputs(legacy_addon, flag_blend, tmp_path):
     """Output VAT, glTF and Web Preview from the panel in this Blender (its image API and glTF exporter)."""
     import json

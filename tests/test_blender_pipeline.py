@@ -4,6 +4,7 @@ import os
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import bmesh  # noqa: E402
 from blender_helpers import (ROOT, SAMPLES, evaluated_local, evaluated_locations, open_sample,  # noqa: E402
                              sample_path, settings, sha256)
 from cyclic_loop_addon import bake  # noqa: E402
-from cyclic_loop_addon.outputs import export, writeback
+from cyclic_loop_addon.outputs import export, wind_fields, writeback
 from cyclic_loop_addon.pipeline import scene_reader, solve
 from cyclic_loop_addon.report import verdict as words  # noqa: E402
 from cyclic_loop_addon.errors import LoopInputError, LoopSolveError  # noqa: E402
@@ -328,10 +329,18 @@ def test_the_readme_main_jobs_loop_is_seamless_and_closer_to_physics_than_the_ca
     gathered = scene_reader.gather(settings)
     rep = solve.report(gathered, solve.solve(gathered, settings))
     assert rep["loop"]["velocity_jump_ratio"] <= 1.5        # seamless, as the verdict counts it
-    assert rep["loop"]["residual_rel_mean"] < rep["source"]["residual_rel_mean"]
-    # in a steady wind the flag's motion settles, and so does its most physical loop: it moves at about a
-    # third of the cache's speed (docs/design/report.md: calmer), and the verdict says so
-    assert rep["loop"]["speed"] < 0.4 * rep["source"]["speed"]
+    assert rep["loop"]["residual_rel_mean"] <= 0.5 * rep["source"]["residual_rel_mean"]
+    # in a steady wind a damped flag's only periodic motion is rest; the loop keeps the cache's speed with gusts
+    # it designs, within twice the scene's wind, and the report prints the figure the verdict reads
+    kept = rep["motion"]["speed_ratio"]
+    assert kept >= 0.85 and kept == pytest.approx(rep["loop"]["speed"] / rep["source"]["speed"])
+    assert rep["motion"]["wind_peak_ratio"] <= 2.0 * (1 + sc.DEFAULTS.motion.bound_slack)
+    assert rep["gauss_newton_iterations"] <= 15
+    verdicts = {v["headline"]: v["detail"] for v in words.verdict(rep)}
+    assert verdicts["Motion: kept"].startswith("gusts up to")
+    pure = replace(settings, gusts=False)             # pure physics: the calm loop, said
+    rep = solve.report(gathered, solve.solve(gathered, pure))
+    assert rep["loop"]["speed"] < 0.4 * rep["source"]["speed"] and rep["motion"]["family"] == "none"
     assert "Motion: calmer than cache" in [v["headline"] for v in words.verdict(rep)]
 
 
@@ -348,26 +357,70 @@ def test_bake_defaults_finish_a_seamless_loop_of_blender_cloth():
     gathered = scene_reader.gather(settings)
     rep = solve.report(gathered, solve.solve(gathered, settings))
     assert rep["success"] and rep["gauss_newton_iterations"] < settings.iterations     # converged, not capped
-    assert rep["init_used"] == "cache"          # the simulation's start ends with a visible wrap (1.69x)
+    assert rep["init_used"] == "cache" and rep["motion"]["family"] == "wind"   # the designed gusts start from it
     assert rep["loop"]["velocity_jump_ratio"] <= 1.5
     assert rep["loop"]["residual_rel_mean"] < rep["source"]["residual_rel_mean"]
 
 
 def test_cloth_defaults_keep_the_wave_of_a_flag_in_gusts():
-    """In gusts that repeat every 24 frames, Gauss–Newton from the cache stops in a local minimum (the flag
-    barely moves; docs/design/defaults.md: model defaults); the cloth's default start also runs from the
-    solver's own simulation and keeps that loop: the wave, seamless, nearly pure physics."""
+    """In gusts that repeat every 24 frames the cache nearly repeats: the loop starts from the cache closed at
+    its wrap and keeps the wave with gusts barely above the scene's, seamless, nearly pure physics, and close
+    to the cache frame by frame."""
     open_sample("flag_gusts")
     settings = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Flag", "--frames", "49", "72"]))
     gathered = scene_reader.gather(settings)
     result = solve.solve(gathered, settings)
     rep = solve.report(gathered, result)
-    assert rep["init_used"] == "forward" and rep["success"]
+    assert rep["init_used"] == "cache" and rep["success"]
     assert rep["loop"]["velocity_jump_ratio"] <= 1.5 and rep["loop"]["residual_rel_mean"] < 0.01
+    assert rep["motion"]["distance"] <= 0.35 and rep["motion"]["first_frame_distance"] <= 0.35
+    assert rep["motion"]["wind_peak_ratio"] <= 1.5
     moves = [np.ptp(q, axis=0).max() for q in (gathered.source, result.q)]
     assert moves[1] > 0.7 * moves[0]
     assert rep["loop"]["speed"] > 0.7 * rep["source"]["speed"]             # 0.89 of it
     assert "Motion: calmer than cache" not in [v["headline"] for v in words.verdict(rep)]
+
+
+def test_written_wind_is_cyclic_and_blenders_cloth_falls_near_the_loop():
+    """Write Wind keys the designed gusts on three axis Wind fields, cyclic with the loop's period; Blender's
+    own cloth re-simulated in them for three periods ends within half a motion of the loop, less than half as
+    far as it ends without them (the loop is not the scene's own periodic motion)."""
+    open_sample("flag_gusts")
+    settings = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Flag", "--frames", "49", "72"]))
+    gathered = scene_reader.gather(settings)
+    result = solve.solve(gathered, settings)
+    rep = solve.report(gathered, result)
+    collection = wind_fields.write_wind(gathered, rep)
+    fields = sorted(collection.objects, key=lambda ob: ob.name)
+    assert [(ob.name, ob.field.type) for ob in fields] == [(f"Loop Wind {a}", "WIND") for a in "XYZ"]
+    weights = bpy.data.objects["Flag"].modifiers["Cloth"].settings.effector_weights
+    gusts = wind_fields.designed_gusts(rep) / (weights.wind * weights.all)
+    for axis, ob in enumerate(fields):
+        curve = ob.animation_data.action.fcurves.find("field.strength")
+        assert [m.type for m in curve.modifiers] == ["CYCLES"]
+        for j in (0, 7, 23):
+            assert curve.evaluate(49 + j) == pytest.approx(gusts[j, axis], abs=1e-4 * np.abs(gusts).max())
+            assert curve.evaluate(49 + j + 24) == pytest.approx(curve.evaluate(49 + j), abs=1e-6)
+            assert curve.evaluate(49 + j - 48) == pytest.approx(curve.evaluate(49 + j), abs=1e-6)
+    bpy.context.view_layer.update()
+    axes = np.array([np.array(ob.matrix_world)[:3, 2] for ob in fields])    # along world X, Y and Z
+    assert np.allclose(axes, np.eye(3), atol=1e-6)
+    modifiers = [(m.name, m.type) for m in bpy.data.objects["Flag"].modifiers]
+    driven = wind_fields.resimulate(gathered, rep, result.q)
+    assert driven["last"] <= 0.5
+    assert [(m.name, m.type) for m in bpy.data.objects["Flag"].modifiers] == modifiers     # the copy is gone
+    for ob in fields:
+        bpy.data.objects.remove(ob)
+    alone = wind_fields.resimulate(gathered, rep, result.q)
+    assert alone["last"] > 2 * driven["last"]
+
+
+def test_write_wind_is_refused_before_the_solve_without_a_wind(tmp_path):
+    path = open_sample("swing", tmp_path)
+    with pytest.raises(LoopInputError, match="Write Wind needs a Wind force field"):
+        bake.run(bake.parse_args(["bake.py", path, "--", "--object", "Sheet", "--output",
+                                  str(tmp_path / "o.blend"), "--write-wind"]))
+    assert not (tmp_path / "o.blend").exists()
 
 
 def test_cloth_defaults_drop_the_start_that_falls_behind():
@@ -376,7 +429,8 @@ def test_cloth_defaults_drop_the_start_that_falls_behind():
     default start runs the simulation's to its end and drops the cache's there; the callback counts on
     across both runs."""
     open_sample("ribbons")
-    settings = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Ribbons", "--frames", "25", "48"]))
+    settings = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Ribbons", "--frames", "25", "48",
+                                               "--no-gusts"]))     # the race is pure physics' start
     gathered = scene_reader.gather(settings)
     seen = []
     result = solve.solve(gathered, settings, callback=lambda info: seen.append(info["iteration"]))

@@ -31,6 +31,7 @@ def test_writes_the_batch_of_the_selected_object_with_its_panel_settings(tmp_pat
     settings.frame_start, settings.frame_end = 49, 60
     settings.init, settings.max_iters, settings.output = "cache", 7, "PC2"
     settings.hard_initial, settings.soft_weight = False, 0.01
+    settings.keep_motion = False
     path = tmp_path / "flag_farm.toml"
     assert bpy.ops.cyclic_loop.bake_on_farm(filepath=str(path)) == {"FINISHED"}
     tasks = batch.load(path).tasks()
@@ -39,7 +40,9 @@ def test_writes_the_batch_of_the_selected_object_with_its_panel_settings(tmp_pat
     assert task.scene == str(tmp_path / "flag.blend") and task.frames == (49, 60)
     assert task.outputs == {"pc2": str(tmp_path / "loops" / "flag-Flag-panel1.pc2")}
     assert task.options == dict(model="blender_cloth", init="cache", scheme="auto", substeps=settings.substeps,
-                                iterations=7, soft=0.01, pin_group=settings.pin_group, colliders="")
+                                iterations=7, soft=0.01, pin_group=settings.pin_group, colliders="", gusts=True,
+                                keep_motion=False)
+    assert "--gusts" in task.bake_args() and "--no-keep-motion" in task.bake_args()
 
 
 def test_n_bodies_are_one_task_of_all_selected(tmp_path):

@@ -215,16 +215,35 @@ def test_verdict_lines_are_short_and_say_it_in_words():
 def test_a_loop_that_lost_most_of_the_caches_motion_says_so():
     rep = dict(source=dict(metrics(7.5, 0.9), speed=0.148), loop=dict(metrics(1.2, 0.02), speed=0.0462),
                status=CONVERGED, stop_reason="tol", gauss_newton_iterations=16, fast_projection_iterations=0,
-               seconds=14.0, init_used="cache", fallback_reason="")      # the README's flag from its cache
+               seconds=14.0, init_used="cache", fallback_reason="",
+               motion=dict(family="none", speed_ratio=0.31))      # the README's flag in pure physics
     calmer = words.verdict(rep)[-1]
     assert (calmer["kind"], calmer["headline"], calmer["detail"]) == ("warn", "Motion: calmer than cache",
-                                                                      "31% of the cache's speed")
+                                                                      "31% speed: Allow Gusts")
     assert len(calmer["headline"]) <= LINE_CHARS and len(calmer["detail"]) <= LINE_CHARS
-    assert any("31% of the cache's speed" in line and "--init forward" in line for line in words.details(rep))
-    kept = dict(rep, loop=dict(rep["loop"], speed=0.078))                   # from its simulation: 53%
+    assert any("31% of the cache's speed" in line and "--gusts" in line for line in words.details(rep))
+    kept = dict(rep, loop=dict(rep["loop"], speed=0.140))
     assert "Motion: calmer than cache" not in [v["headline"] for v in words.verdict(kept)]
-    assert any(line.startswith("Motion: the loop moves at 53%") and "--init" not in line
+    assert any(line.startswith("Motion: the loop moves at 95%") and "--gusts" not in line
                for line in words.details(kept))
+
+
+def test_a_loop_kept_moving_by_designed_gusts_says_what_it_needed():
+    figures = dict(family="wind", speed_ratio=0.99, wind_peak_ratio=1.87, drive_peak_g=0.2,
+                   resimulated=dict(periods=[0.5, 0.31, 0.30], last=0.30, repeats=0.17, speed_ratio=1.16))
+    rep = dict(source=dict(metrics(7.5, 0.9), speed=0.148), loop=dict(metrics(1.2, 0.02), speed=0.147),
+               status=CONVERGED, stop_reason="physics_tol", gauss_newton_iterations=13, fast_projection_iterations=0,
+               seconds=14.0, init_used="cache", fallback_reason="", motion=figures)
+    kept = words.verdict(rep)[-1]
+    assert (kept["kind"], kept["headline"], kept["detail"]) == ("good", "Motion: kept", "gusts up to 1.9× wind")
+    assert len(kept["detail"]) <= LINE_CHARS
+    line = next(line for line in words.details(rep) if line.startswith("Motion:"))
+    assert "gusts up to 1.9× the scene's wind" in line and "period 3 lies 0.3 motions from the loop" in line
+    pushes = dict(rep, motion=dict(figures, family="modes", wind_peak_ratio=None, resimulated=None))
+    assert words.verdict(pushes)[-1]["detail"] == "pushes up to 0.2 g"
+    calm = dict(rep, loop=dict(rep["loop"], speed=0.1))
+    assert words.verdict(calm)[-1] == dict(kind="warn", headline="Motion: calmer than cache",
+                                           detail="68% of the cache's speed")
 
 
 def read_png(data):

@@ -9,7 +9,8 @@
     bake = true                       # bake a physics cache missing at the shared path on the worker
 
     [variants.draft]                  # bake.py options: model, init, scheme, substeps, iterations, tol,
-    init = "cache"                    # physics_tol, soft, pin_group, colliders, gravitational_constant
+    init = "cache"                    # physics_tol, soft, pin_group, colliders, gravitational_constant,
+                                      # gusts, keep_motion (true / false)
     iterations = 4
 
     [[scene]]
@@ -33,7 +34,7 @@ OUTPUT_EXTENSIONS = {out.kind: out.extension for out in PRODUCTS}
 OUTPUT_OPTIONS = {out.kind: "--" + out.name for out in PRODUCTS}
 VARIANT_TYPES = {"model": str, "init": str, "scheme": str, "substeps": int, "iterations": int, "tol": float,
                  "physics_tol": float, "soft": float, "pin_group": str, "colliders": str,
-                 "gravitational_constant": float}
+                 "gravitational_constant": float, "gusts": bool, "keep_motion": bool}
 DEFAULT_VARIANT = "default"
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list"}
 
@@ -87,7 +88,11 @@ class Task:
             args += option(OUTPUT_OPTIONS[kind], path)
         args += option("--json", self.report)
         for key, value in self.options.items():
-            args += option("--" + key.replace("_", "-"), str(value))
+            flag = key.replace("_", "-")
+            if isinstance(value, bool):         # bake.py's switches: --gusts / --no-gusts
+                args.append(f"--{flag}" if value else f"--no-{flag}")
+            else:
+                args += option("--" + flag, str(value))
         return args + ["--bake"] * self.bake + ["--skip-existing"] * skip_existing
 
 

@@ -64,7 +64,9 @@ def memory_mib(size, frames, options):
     explicit = velocity_terms and scheme == "linearized" and per_frame >= size["physics_substeps"]
     soft = options.get("soft", size.get("soft", 0.0) if own else 0.0)
     steps = (frames[1] - frames[0] + 1) * per_frame
-    mib = sc.optimize.memory.peak_bytes(size["vertices"], steps, scheme, velocity_terms, explicit, soft_frames=soft > 0) / MIB
+    driven = options.get("gusts", True) and size["scheme"] != "symplectic"     # N bodies: pure physics
+    mib = sc.optimize.memory.peak_bytes(size["vertices"], steps, scheme, velocity_terms, explicit, soft_frames=soft > 0,
+                                        driven=driven) / MIB
     return int(math.ceil(mib / MEMORY_ROUND_MIB) * MEMORY_ROUND_MIB)
 
 

@@ -34,7 +34,9 @@ class LoopSettings:
     ``scheme`` "auto" takes the model's (``SCHEME_OF_MODEL``); ``substeps`` 0 takes them from the physics
     settings (Cloth quality); ``pin_group`` "" takes the
     modifier's own pin / goal group; ``collider_collection`` "" takes the objects with a Collision
-    modifier that the simulation sees. ``soft`` > 0 makes the first two frames soft constraints.
+    modifier that the simulation sees. ``soft`` > 0 makes the first two frames soft constraints. ``gusts``
+    lets the solver design a periodic driving force (the scene's wind gusting, else gentle body forces) and
+    ``keep_motion`` holds the loop at the cache's speed (``solver_core.MotionOptions``).
     ``with_defaults`` fills ``init``, ``substeps``, ``soft`` and the frames, when None, with the model's
     defaults (``physics_defaults``), as bake.py and the panel's selection do.
     """
@@ -55,6 +57,8 @@ class LoopSettings:
     gravitational_constant: float = 1.0
     softening: float = 0.0
     density: float = 1000.0
+    gusts: bool = True
+    keep_motion: bool = True
 
 
 @dataclass
@@ -150,7 +154,7 @@ def _frame_range(settings, scene, objects):
     scheme = SCHEME_OF_MODEL.get(model, "backward") if settings.scheme == "auto" else settings.scheme
     limits.check_memory(count, substeps, n, scheme, velocity_terms=model == "blender_cloth",
                         explicit_terms=explicit and model == "blender_cloth" and scheme == "linearized",
-                        soft_frames=bool(settings.soft))
+                        soft_frames=bool(settings.soft), driven=settings.gusts and model != "nbody")
     return np.arange(start, end + 1, step)
 
 

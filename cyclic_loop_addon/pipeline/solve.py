@@ -3,6 +3,8 @@ solve, ``solver_core.loop_clip``) and ``crossfade`` (the baseline blend) give a 
 source cache's metrics as ``metrics["source"]``, as the result file of the child's ``python -m solver_core
 loop --clip`` does; ``report`` builds the one report of such a result, made in this process or reloaded from
 the child's file (docs/design/child_solve.md). No bpy: safe in a worker thread."""
+from dataclasses import replace
+
 from ..errors import LoopSolveError
 from ..core import sc
 
@@ -15,6 +17,19 @@ def check(settings):
         raise LoopSolveError(str(exc)) from None
 
 
+def motion_options(settings):
+    """The solver's options for ``settings``' Allow Gusts and Keep Motion (``solver_core.MotionOptions``)."""
+    motion = sc.DEFAULTS.motion
+    return replace(sc.DEFAULTS, motion=replace(motion, drive=motion.drive if settings.gusts else "none",
+                                               keep_speed=motion.keep_speed if settings.keep_motion else 0.0))
+
+
+def motion_arguments(settings):
+    """``python -m solver_core loop``'s arguments for ``motion_options(settings)``: the child's same options."""
+    motion = motion_options(settings).motion
+    return ["--drive", motion.drive, "--keep-speed", repr(float(motion.keep_speed))]
+
+
 def solve(gathered, settings, callback=None):
     """The physical loop of ``gathered`` with the settings' init, iterations and tolerances.
 
@@ -23,7 +38,7 @@ def solve(gathered, settings, callback=None):
     gathered : scene_reader.Gathered
         The problem and its source cache.
     settings : scene_reader.LoopSettings
-        ``init``, ``iterations``, ``tolerance`` and ``physics_tolerance`` are used.
+        ``init``, ``iterations``, ``tolerance``, ``physics_tolerance``, ``gusts`` and ``keep_motion`` are used.
     callback : callable, optional
         The solver's progress callback (``sc.make_loop``); returning True cancels.
 
@@ -41,7 +56,8 @@ def solve(gathered, settings, callback=None):
     check(settings)
     try:
         result = sc.loop_clip(gathered.problem, gathered.source, settings.init, max_iters=settings.iterations,
-                              tol=settings.tolerance, physics_tol=settings.physics_tolerance, callback=callback)
+                              tol=settings.tolerance, physics_tol=settings.physics_tolerance, callback=callback,
+                              options=motion_options(settings))
     except sc.LoopFailed as exc:
         raise LoopSolveError(str(exc)) from exc
     return with_source(gathered, result)

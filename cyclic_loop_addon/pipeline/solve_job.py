@@ -208,7 +208,8 @@ class SolveJob:
             python, folder, "loop", paths["problem.npz"], "-o", paths["result.npz"], "--clip", paths["clip.npy"],
             "--method", self.method, "--init", self.settings.init, "--max-iters", str(int(self.settings.iterations)),
             "--tol", repr(float(self.settings.tolerance)),
-            "--physics-tol", repr(float(self.settings.physics_tolerance)), "--stop-with-stdin")
+            "--physics-tol", repr(float(self.settings.physics_tolerance)), *solve.motion_arguments(self.settings),
+            "--stop-with-stdin")
         self.child_pid = self._child.pid
         self._output = child_solve.Output(folder)
         return True

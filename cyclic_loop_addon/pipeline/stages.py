@@ -10,7 +10,7 @@ import os
 
 import bpy
 
-from ..outputs import export, files, gltf, guard, preview, vat, web_preview, writeback
+from ..outputs import export, files, gltf, guard, preview, vat, web_preview, wind_fields, writeback
 from . import scene_reader
 from ..outputs.files import atomic_path
 from ..outputs.catalog import BY_NAME
@@ -27,22 +27,26 @@ def prepare(settings, paths, context=None, method="physical", python=None, **gua
     return SolveJob(scene_reader.gather(settings, context), settings, method, python=python)
 
 
-def run(job, paths, keys=False, attach=False, context=None, on_write=None):
+def run(job, paths, keys=False, attach=False, context=None, on_write=None, wind=False):
     """Run ``job`` in this thread and ``finish`` it (calling ``on_write()`` in between); raises its error."""
     job.run()
     if job.error is not None:
         raise job.error
     if on_write is not None:
         on_write()
-    finish(job, paths, keys, attach, context)
+    finish(job, paths, keys, attach, context, wind)
 
 
-def finish(job, paths, keys=False, attach=False, context=None):
+def finish(job, paths, keys=False, attach=False, context=None, wind=False):
     """Write the loop of the finished ``job`` to ``paths``, back into the scene with ``keys`` (shape keys,
-    or location keys of N bodies), a PC2 with a Mesh Cache modifier playing it with ``attach``, and the
-    report to a "json" path."""
+    or location keys of N bodies), a PC2 with a Mesh Cache modifier playing it with ``attach``, the designed
+    gusts as keyed Wind fields with ``wind`` (and Blender's cloth re-simulated in them, measured in the
+    report's ``motion["resimulated"]``), and the report to a "json" path."""
     gathered, q = job.gathered, job.q
     path = {name: p for name, (p, _) in paths.items()}
+    if wind:    # before the write-back: Blender's cloth re-simulates the mesh as the scene has it
+        wind_fields.write_wind(gathered, job.report)
+        job.report["motion"]["resimulated"] = wind_fields.resimulate(gathered, job.report, q)
     if keys:
         writeback.write_back(gathered, q)
     if "abc" in path:

@@ -9,9 +9,9 @@ CONVERGED, CONVERGED_WITH_SEAM = sc.result.CONVERGED, sc.result.CONVERGED_WITH_S
 ITERATION_CAP, NO_PROGRESS = sc.result.ITERATION_CAP, sc.result.NO_PROGRESS
 
 LINE_CHARS = 26     # the width, in characters, of Blender's sidebar at its default size
-# A loop moving at less than this fraction of the cache's RMS speed is "calmer than cache": the most physical
-# loop of a motion that settles (damping, a steady wind) can lose most of it (docs/design/report.md: calmer).
-CALMER = 0.5
+# A loop moving at less than this fraction of the cache's RMS speed is "calmer than cache": a pure-physics loop
+# of a damped motion loses most of it; the designed gusts keep it (docs/design/motion.md).
+CALMER = sc.KEPT_SPEED
 FELL_BACK = {"cache": "Fell back to the cache", "crossfade": "Fell back to a crossfade",
              "forward": "Fell back to simulation"}
 
@@ -70,14 +70,38 @@ def verdict(report):
         out.append(dict(kind="warn", headline="Not converged: stuck",
                         detail="try another frame range"))
     kept = motion_kept(report)
+    figures = report.get("motion") or {}
+    driven = figures.get("family", "none") != "none"
     if kept is not None and kept < CALMER:
-        out.append(dict(kind="warn", headline="Motion: calmer than cache", detail=f"{kept:.0%} of the cache's speed"))
+        out.append(dict(kind="warn", headline="Motion: calmer than cache",
+                        detail=f"{kept:.0%} of the cache's speed" if driven else f"{kept:.0%} speed: Allow Gusts"))
+    elif kept is not None and driven:
+        out.append(dict(kind="good", headline="Motion: kept", detail=needed(figures)))
     reason = report.get("fallback_reason")
     if reason:
         out.append(dict(kind="warn", headline=FELL_BACK.get(report.get("init_used"), "Fell back"),
                         detail="quick loop did not close" if "fast projection" in reason
                         else "own simulation unstable"))
     return out
+
+
+def needed(figures):
+    """What the loop needed to keep moving, in a sidebar line: "gusts up to 1.4× wind", "pushes up to 0.2 g".
+
+    Parameters
+    ----------
+    figures : dict
+        A report's ``motion`` figures (``solver_core.LoopResult.metrics["motion"]``).
+
+    Returns
+    -------
+    str
+        At most LINE_CHARS characters.
+    """
+    if figures["family"] == "wind":
+        ratio = figures.get("wind_peak_ratio")
+        return f"gusts up to {_times(ratio)} wind" if ratio is not None else "gusts in still air"
+    return f"pushes up to {figures['drive_peak_g']:.2g} g"
 
 
 def motion_kept(report):
@@ -96,6 +120,29 @@ def motion_kept(report):
     """
     loop, src = report["loop"].get("speed"), report["source"].get("speed")
     return None if loop is None or not src else loop / src
+
+
+def _needed_sentence(report, kept):
+    """The motion line's end: what the loop needed to keep moving, or why it went calm."""
+    figures = report.get("motion") or {}
+    family = figures.get("family", "none")
+    if family == "wind":
+        ratio = figures.get("wind_peak_ratio")
+        words = (f"; it needed gusts up to {ratio:.2g}× the scene's wind (Write Wind, bake.py --write-wind, adds "
+                 "them to the scene)" if ratio is not None else "; it needed gusts in the scene's still air")
+        again = figures.get("resimulated")
+        if again:
+            words += (f". Blender's cloth re-simulated in the written wind: its period {len(again['periods'])} lies "
+                      f"{again['last']:.2g} motions from the loop (RMS, in units of the cache's motion), repeating to "
+                      f"{again['repeats']:.2g}, at {again['speed_ratio']:.0%} of the cache's speed")
+        return words
+    if family == "modes":
+        return (f"; it needed gentle pushes (smooth body forces) up to {figures['drive_peak_g']:.2g} g, the scene "
+                "having no wind to gust")
+    if kept < CALMER:
+        return (". A damped cloth with nothing driving it can only loop by calming down: Allow Gusts (bake.py "
+                "--gusts) lets the loop design the wind that keeps it moving")
+    return ""
 
 
 def verdict_lines(report):
@@ -142,10 +189,7 @@ def details(report):
     kept = motion_kept(report)
     if kept is not None:
         lines.append(f"Motion: the loop moves at {kept:.0%} of the cache's speed ({loop['speed']:.3g} against "
-                     f"{src['speed']:.3g} m/s, RMS over vertices and frames)"
-                     + (". Where the physics settles (damping, a steady wind) the most physical loop is calmer "
-                        "than the cache; starting from the solver's own simulation (Initial Guess: Forward Simulation, "
-                        "bake.py --init forward) kept more of the motion on the sample flags" if kept < CALMER else ""))
+                     f"{src['speed']:.3g} m/s, RMS over vertices and frames)" + _needed_sentence(report, kept))
     if report.get("message"):
         lines.append(f"Solver: {report['message']}")
     lines.append(f"Started from: {report.get('init_used', '')}"

@@ -22,7 +22,8 @@ def variant_options(settings):
     """bake.py options (batch variant keys) of one object's panel settings."""
     options = dict(model=settings.model, init=settings.init, scheme=settings.scheme, substeps=settings.substeps,
                    iterations=settings.max_iters, soft=0.0 if settings.hard_initial else _number(settings.soft_weight),
-                   pin_group=settings.pin_group, colliders=settings.colliders.name if settings.colliders else "")
+                   pin_group=settings.pin_group, colliders=settings.colliders.name if settings.colliders else "",
+                   gusts=settings.gusts, keep_motion=settings.keep_motion)
     if settings.model == "nbody":
         options["gravitational_constant"] = _number(settings.gravitational_constant)
     return options

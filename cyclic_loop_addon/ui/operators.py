@@ -18,7 +18,7 @@ import os
 
 import bpy
 
-from ..outputs import files, writeback
+from ..outputs import files, wind_fields, writeback
 from ..pipeline import stages, scene_reader
 from . import last_run, selection, timeline
 from ..errors import LoopError
@@ -45,7 +45,8 @@ def loop_settings(obj, settings, context):
         soft=0.0 if settings.hard_initial else settings.soft_weight, pin_group=settings.pin_group,
         collider_collection=settings.colliders.name if settings.colliders else "",
         bake_missing=settings.bake_missing, gravitational_constant=settings.gravitational_constant,
-        softening=settings.softening, density=settings.density)
+        softening=settings.softening, density=settings.density, gusts=settings.gusts,
+        keep_motion=settings.keep_motion)
 
 
 def output_paths(settings):
@@ -163,10 +164,14 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         if not settings.initialized:
             fill_from_physics(settings, obj, context.scene)
         self._paths = output_paths(settings)
+        self._wind = settings.write_wind and settings.method == "physical"
         try:
-            _job = stages.prepare(loop_settings(obj, settings, context), self._paths, context, settings.method,
-                                    python)
+            loop = loop_settings(obj, settings, context)
+            _job = stages.prepare(loop, self._paths, context, settings.method, python)
+            if self._wind:
+                wind_fields.check(_job.gathered, loop)
         except LoopError as exc:
+            _job = None
             self.report({"ERROR"}, str(exc))
             run.message = f"Not started: {exc}"
             return False
@@ -224,7 +229,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         paths = self._paths if mesh else {}     # N bodies are always written as location keys
         try:
             objects = target_objects(context.scene, job.gathered)
-            stages.finish(job, paths, keys=not paths, attach=True, context=context)
+            stages.finish(job, paths, keys=not paths, attach=True, context=context, wind=self._wind)
         except LoopError as exc:
             run.message = f"Not written: {exc}"
             self.report({"ERROR"}, run.message)

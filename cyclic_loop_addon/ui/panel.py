@@ -61,6 +61,11 @@ def _draw_settings(layout, obj, settings):
     physical = col.column()
     physical.active = settings.method == "physical"
     physical.prop(settings, "max_iters")
+    physical.prop(settings, "gusts")
+    keep = physical.column()
+    keep.active = settings.gusts
+    keep.prop(settings, "keep_motion")
+    keep.prop(settings, "write_wind")
     col.prop(settings, "output")
     if settings.output != "SHAPE_KEYS":
         col.prop(settings, "filepath")

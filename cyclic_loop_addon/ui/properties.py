@@ -41,6 +41,15 @@ class CyclicLoopSettings(bpy.types.PropertyGroup):
     max_iters: IntProperty(name="Iterations", default=ITERATIONS, min=1, max=10000,
                            description="At most this many optimizing steps: more is closer to physics "
                            "and slower")
+    gusts: BoolProperty(name="Allow Gusts", default=True,
+                        description="Let the loop design a gusting wind of its own (with no wind in the scene: gentle "
+                        "pushes) that keeps the cloth moving. Off: pure physics, where a damped cloth can only "
+                        "loop by calming down")
+    keep_motion: BoolProperty(name="Keep Motion", default=True,
+                              description="Keep the loop moving as fast as your simulation (needs Allow Gusts)")
+    write_wind: BoolProperty(name="Write Wind", default=False,
+                             description="Add the designed gusts to the scene as keyed Wind fields (a Loop Wind "
+                             "collection), so re-simulating the cloth falls into the loop")
     set_scene_range: BoolProperty(name="Set Scene Range", default=True,
                                   description="Set the scene's frame range to the loop when it is written, so "
                                   "that playback loops")

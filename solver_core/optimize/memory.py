@@ -36,18 +36,20 @@ def sparse_offsets(scheme, velocity_terms=False, explicit_terms=False):
     return len(used)
 
 
-def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False, explicit_terms=False, soft_frames=False):
+def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False, explicit_terms=False, soft_frames=False,
+               driven=False):
     """Estimated peak resident bytes of ``make_loop`` on ``n_vertices`` x ``n_steps`` (frames x substeps).
 
     ``scheme``: the problem's residual scheme; ``velocity_terms``: the model has velocity-dependent forces
     (Blender cloth), which keep the solve on CHOLMOD below ``auto_structured_min_unknowns_velocity`` unknowns;
     ``explicit_terms``: the linearized scheme takes some terms explicitly (Blender cloth on its sub-steps);
     ``soft_frames``: the first frames are soft, so the structured solve factors frame blocks
-    (``structured_solve.choose_preconditioner``)."""
+    (``structured_solve.choose_preconditioner``); ``driven``: the loop is solved with a designed driving force
+    (``optimize.driven``), which always factors directly."""
     if n_vertices < 1 or n_steps < 1:
         raise ValueError(f"need at least one vertex and one step, got {n_vertices} vertices, {n_steps} steps")
     unknowns = 3 * n_vertices * n_steps
-    if auto_structured(unknowns, n_steps, velocity_terms):
+    if not driven and auto_structured(unknowns, n_steps, velocity_terms):
         extra = sparse_offsets(scheme, velocity_terms, explicit_terms) - 1
         blocks = FRAME_BLOCK_BYTES_PER_UNKNOWN if soft_frames else 0.0
         return BASE_BYTES + (STRUCTURED_BYTES_PER_UNKNOWN + extra * OFFSET_BYTES_PER_UNKNOWN + blocks) * unknowns

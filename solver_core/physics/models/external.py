@@ -83,8 +83,26 @@ class Wind(ForceTerm):
         return x, np.cross(x[:, :, 1] - x[:, :, 0], x[:, :, 2] - x[:, :, 0])
 
     def forces(self, q, t):
+        return self.forces_in(q, self._wind_at(t, np.shape(q)[0]))
+
+    def forces_in(self, q, wind):
+        """The forces (B, n, 3) at positions q (B, n, 3) in the wind vectors ``wind`` (B, 3), one per row: the
+        law is linear in the wind, so a designed wind (``solver_core.driving``) is read through it.
+
+        Parameters
+        ----------
+        q : ndarray, shape (B, n, 3)
+            Positions.
+        wind : ndarray, shape (B, 3)
+            The wind vector of each row.
+
+        Returns
+        -------
+        ndarray, shape (B, n, 3)
+            The pressure forces on the vertices.
+        """
         _, N = self._normals(q)
-        w = self._wind_at(t, N.shape[0])[:, None, :]
+        w = np.asarray(wind, dtype=float)[:, None, :]
         length = np.linalg.norm(N, axis=-1, keepdims=True)
         # area * (n . w) n = (N . w) N / (2 |N|), split over three corners.
         f = self.coefficient / 6.0 * np.sum(N * w, -1, keepdims=True) * N / length
@@ -108,8 +126,12 @@ class Wind(ForceTerm):
         return self._scatter(np.repeat(df[:, :, None, :], 3, axis=2))
 
     def jacobian_values(self, q, t):
+        return self.jacobian_values_in(q, self._wind_at(t, np.shape(q)[0]))
+
+    def jacobian_values_in(self, q, wind):
+        """``jacobian_values`` in the wind vectors ``wind`` (B, 3), one per row (``forces_in``)."""
         x, N = self._normals(q)
-        w = np.broadcast_to(self._wind_at(t, N.shape[0])[:, None, :], N.shape)
+        w = np.broadcast_to(np.asarray(wind, dtype=float)[:, None, :], N.shape)
         length = np.linalg.norm(N, axis=-1)[..., None, None]
         nw = np.sum(N * w, -1)[..., None, None]
         eye = np.eye(3)
