@@ -8,7 +8,7 @@ import numpy as np
 
 from .baselines import crossfade_loop
 from .physics.forward import SimulationFailed
-from .optimize.gauss_newton import choose_backend
+from .optimize.gauss_newton import choose_backend, solver_route
 from .optimize.linsolve import make_backend
 from .loop import LoopResult, make_loop
 from .metrics import loop_metrics, unseen, wrap_ratio
@@ -70,7 +70,8 @@ def _rank(result):
 def _make_loop(prob, clip, init, options, **kwargs):
     if init != "cache_or_forward":
         return make_loop(prob, init=crossfade_loop(clip) if init == "cache" else init, options=options, **kwargs)
-    starts = clip_starts(prob, clip)
+    stage = kwargs.pop("stage")
+    starts = clip_starts(prob, clip, stage)
     if len(starts) == 1:                   # the solver's own simulation failed
         return _started(make_loop(prob, init=starts["cache"], options=options, **kwargs), "cache")
     lead, trail = starts
@@ -86,7 +87,7 @@ def _make_loop(prob, clip, init, options, **kwargs):
     start = options.start
     out = race(starts, run, _rank, callback, behind=start.behind, race_from=start.race_from,
                leads=lambda first: unseen(first.metrics["loop"]),
-               settles=lambda first: first.stop_reason == "physics_tol")
+               settles=lambda first: first.stop_reason == "physics_tol", stage=stage)
     if out.cancelled:
         return out.runs[out.ranked[0]]
     if out.settled:   # seamless and physical: the other start cannot be seen to do better
@@ -115,7 +116,7 @@ def _started(result, start):
 
 
 def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto",
-              physics_tol=PHYSICS_TOL, options=None):
+              physics_tol=PHYSICS_TOL, options=None, stage=None):
     """``make_loop`` of ``prob`` taken from the simulated ``clip``; LoopFailed when the solver fails or diverges.
 
     Parameters
@@ -138,6 +139,12 @@ def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, 
         As in ``make_loop``, here PHYSICS_TOL unless given.
     options : Options, optional
         Tuning values (``options.py``); ``DEFAULTS`` when None.
+    stage : callable, optional
+        ``stage(info)`` hears of the work before the iterations, which the callback does not see: the
+        forward simulation's steps (phase "forward", ``done`` of ``of``) and each start as it begins (phase
+        "start": ``name``, ``index`` of ``starts``, ``offset``; also fast projection's fallback race), after
+        a first "setup" dict: the linear ``solver`` (``solver_route``), ``unknowns``, ``steps`` and
+        ``vertices``. A progress bar moves by them; they cannot cancel.
 
     Returns
     -------
@@ -153,8 +160,11 @@ def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, 
     """
     check_init(init)
     options = options or DEFAULTS
+    if stage is not None:       # the linear solve and the problem's size, before any work
+        stage(dict(phase="setup", stage=True, solver=solver_route(prob, backend, options),
+                   unknowns=int(prob.free_mask().sum()), steps=prob.n_steps, vertices=prob.model.n_vertices))
     kwargs = dict(max_iters=int(max_iters), tol=float(tol), callback=callback, backend=backend,
-                  physics_tol=float(physics_tol))
+                  physics_tol=float(physics_tol), stage=stage)
     reason = ""
     try:
         try:

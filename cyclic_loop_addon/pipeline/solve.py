@@ -15,7 +15,7 @@ def check(settings):
         raise LoopSolveError(str(exc)) from None
 
 
-def solve(gathered, settings, callback=None):
+def solve(gathered, settings, callback=None, stage=None):
     """The physical loop of ``gathered`` with the settings' init, iterations and tolerances.
 
     Parameters
@@ -26,6 +26,8 @@ def solve(gathered, settings, callback=None):
         ``init``, ``iterations``, ``tolerance`` and ``physics_tolerance`` are used.
     callback : callable, optional
         The solver's progress callback (``sc.make_loop``); returning True cancels.
+    stage : callable, optional
+        Told of the work before the iterations (``sc.loop_clip``'s ``stage``).
 
     Returns
     -------
@@ -41,7 +43,8 @@ def solve(gathered, settings, callback=None):
     check(settings)
     try:
         result = sc.loop_clip(gathered.problem, gathered.source, settings.init, max_iters=settings.iterations,
-                              tol=settings.tolerance, physics_tol=settings.physics_tolerance, callback=callback)
+                              tol=settings.tolerance, physics_tol=settings.physics_tolerance, callback=callback,
+                              stage=stage)
     except sc.LoopFailed as exc:
         raise LoopSolveError(str(exc)) from exc
     return with_source(gathered, result)
@@ -65,8 +68,8 @@ def crossfade(gathered):
 
 def with_source(gathered, result):
     """``result`` with ``metrics["source"]``: the source cache played as a loop, the report's source column
-    (not measured for a cancelled result, which gets no report)."""
-    if not result.cancelled:
+    (a cancelled result's too: a solve stopped to keep its best loop gets a report)."""
+    if result.metrics:
         result.metrics["source"] = sc.loop_metrics(gathered.problem, gathered.problem.steps_of(gathered.source))
     return result
 
