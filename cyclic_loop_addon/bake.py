@@ -188,7 +188,8 @@ def _open(args):
 def _progress(progress):
     def callback(info):
         progress.take(info)
-        _say(progress.line(info["loss"]))
+        if not info.get("stage") or info["phase"] != "forward" or info["done"] == info["of"]:
+            _say(progress.line(info.get("loss")))
         return False
     return callback
 

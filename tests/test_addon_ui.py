@@ -396,13 +396,13 @@ def test_the_panel_estimates_a_long_first_phase_and_its_bar_never_stops(installe
     assert first_iteration > 60, first_iteration
     moves = [t for (t, f, _), (_, before, _) in zip(looks[1:], looks) if f > before]
     gaps = np.diff([0.0, *moves])
+    print(f"\nfirst phase {first_iteration:.0f} s, run {actual:.0f} s, first estimate {first_left:.0f} s, "
+          f"longest wait between bar moves {gaps.max():.1f} s")
     assert gaps.max() <= 10.0, (gaps.max(), looks)
     assert 0.5 <= first_left / actual <= 2.0, (first_left, actual)
     assert phases[:4] == ["", "forward", "start", "gauss_newton"], phases
     assert {"Starting from the cache (1 of 2)", "Starting the solver", "Simulating"} <= headlines, headlines
     assert job.solver == progress.solver == "structured"
-    print(f"\nfirst phase {first_iteration:.0f} s, run {actual:.0f} s, first estimate {first_left:.0f} s, "
-          f"longest wait between bar moves {gaps.max():.1f} s")
 
 
 def test_stop_keeps_the_best_loop_so_far(installed):
@@ -464,8 +464,8 @@ def test_the_panel_says_what_it_needs_before_a_run(installed):
     settings.max_iters = 13
     assert presets.active(obj, settings, bpy.context.scene) is None
     panel = addon_module("ui.panel")
-    settings.output = "ALEMBIC"
-    assert panel.output_note(settings) == ("" if "alembic_export" in dir(bpy.ops.wm) else panel.output_note(settings))
+    settings.output = "ALEMBIC"     # this Blender has the exporter (Debian's 3.4: tests/test_blender_executable.py)
+    assert "alembic_export" in dir(bpy.ops.wm) and panel.output_note(settings) == ""
     run = bpy.context.scene.cyclic_loop_run
     run.message = "Cancelled: the scene is unchanged"
     bpy.ops.ed.undo_push(message="before")

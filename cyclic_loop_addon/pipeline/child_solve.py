@@ -5,8 +5,9 @@ progress lines of its stdout (a file in its folder, read with ``Output``), its e
 lines of its stderr (``error_message``). No bpy here, and no thread: the caller polls (``Search.poll``,
 ``Output.lines``, ``Popen.poll``). The reasoning: docs/design/child_solve.md.
 
-The Python is ``sys.executable`` (Blender's bundled Python since 2.91), else the Python that Blender's
-``sys.base_prefix`` belongs to (Linux distribution builds of Blender); each is probed once per Blender session
+The Python is the first of ``sys.executable`` (Blender's bundled Python since 2.91), the Python that
+Blender's ``sys.base_prefix`` belongs to (Linux distribution builds of Blender) and the ``pythonX.Y`` on the
+PATH that has CHOLMOD (scikit-sparse), else the first usable one; each is probed once per Blender session
 (``python -m solver_core versions``): it must have the same Python minor version, numpy and SciPy as
 Blender. Its module search path is the solver package's folder and Blender's ``sys.path`` without
 Blender's standard library, so it finds the same numpy, SciPy (bundled extension wheels included) and

@@ -50,7 +50,7 @@ FIRST_ITERATION = {"cholmod": 2.0, "scipy": 1.4, "structured": 1.2}
 FAST_PROJECTION_ITERATION = 0.1  # a fast projection iteration costs this share of a Gauss–Newton one
 MIN_ITERATION = 0.05            # s: the least an iteration costs (the residual, the metrics, the line search)
 PRE_SHARE = 0.8                 # the most of the bar the phases before the first iteration fill
-CREEP = 0.9                     # a phase measured by its time alone fills at most this share of its estimate
+CREEP = 0.9                     # a phase measured by its time alone fills this share of itself at its estimate
 
 
 def iteration_seconds(solver, unknowns, steps, vertices):
@@ -172,6 +172,7 @@ class Progress:
         self._pre = {}                              # pre-iteration phase -> (began at, estimate, share done or None)
         self._pre_done = 0.0                        # estimated seconds of the pre-iteration phases done
         self._iterating = False                     # the first Gauss–Newton iteration has come
+        self._started_at_iteration = 0              # the iteration after which the race's current run began
         self.runs = sc.clip_loop.runs(init)
         self.max_iters = max(int(max_iters), 1) * self.runs
         self.physics_tol = float(physics_tol)
@@ -203,6 +204,7 @@ class Progress:
                 self.budget = self.max_iters + min(RACE_ITERATIONS, self.max_iters)
             if self.plan is not None and (not self._iterating or self._pre):
                 self._pre_step(phase, now)
+                self.fraction = max(self.fraction, self._shown)     # the next phase goes on from what was shown
             self.phase = phase
             self._phase_start, self._first_iteration = (now, self.fraction), None
         self.iteration = int(iteration)
@@ -256,6 +258,7 @@ class Progress:
             return self.update("", self.iteration)
         if phase == "start":
             self.start = (info["name"], int(info["index"]), int(info["starts"]))
+            self._started_at_iteration = self.iteration
             if self._iterating:         # a later run of the race: the iterations' own count goes on
                 return self.fraction
             return self.update("start", self.iteration)
@@ -300,8 +303,8 @@ class Progress:
         total = self.plan.pre_seconds
         done = self._pre_done
         for began, estimate, share in self._pre.values():
-            if share is None:
-                share = min((now - began) / max(estimate * self.scale, 1e-9), CREEP)
+            if share is None:   # by time: towards CREEP of the phase at its estimate, on after it, never to the end
+                share = 1.0 - math.exp(-(now - began) / max(estimate * self.scale, 1e-9) * -math.log(1.0 - CREEP))
             done += share * estimate
         return min(done / max(total, 1e-9), 1.0)
 
@@ -371,6 +374,17 @@ class Progress:
         return (self._last[0] - t0) / (self.iteration - i0) if self.iteration > i0 else None
 
     @property
+    def _planned_pace(self):
+        """Before the iterations of a run have a pace: the plan's seconds per iteration (scaled by what was
+        measured), FIRST_ITERATION of them for a race's run that has just begun; None without a plan."""
+        if self.plan is None or not self._iterating or self.phase != "gauss_newton":
+            return None
+        seconds = self.plan.iteration * self.scale
+        if self.start is not None and self.start[1] > 1 and self._started_at_iteration == self.iteration:
+            seconds *= FIRST_ITERATION.get(self.plan.solver, 1.0)
+        return seconds
+
+    @property
     def shown(self):
         """The fraction the last ``look()`` showed (0 before the first)."""
         return self._shown
@@ -381,7 +395,7 @@ class Progress:
         less than shown before. Within a phase, iterations faster than its pace so far are caught up at that
         pace rather than in a jump: since the last look the bar moves at most one step per ``pace``
         seconds; before writing, at most MAX_MOVE between two looks."""
-        now, pace, (t, fraction) = self.clock(), self.pace, self._last
+        now, pace, (t, fraction) = self.clock(), self.pace or self._planned_pace, self._last
         if self.plan is not None and not self._iterating and self.phase not in ("gather", "write"):
             fraction = max(fraction, self._pre_fraction(now))
         if pace:
@@ -405,7 +419,7 @@ class Progress:
         pace = self.pace
         if self.phase == "gauss_newton" and pace is not None:
             return max(pace * (self.expected - self.iteration) - (self.clock() - self._last[0]), 0.0)
-        if self.plan is None or self.phase in ("gather", "write"):
+        if self.plan is None or self.phase == "write":
             return None
         now, plan = self.clock(), self.plan
         if self._iterating:

@@ -46,10 +46,22 @@ def _char_width(context):
     return max(width, CHAR_WIDTH * scale * 0.8) or CHAR_WIDTH * scale
 
 
-def _chars(context):
-    """How many characters of label text (with an icon before it) fit across the sidebar."""
+def _chars(context, region=None):
+    """How many characters of label text (with an icon before it) fit across the sidebar (``region``, default
+    the context's)."""
     scale = context.preferences.system.ui_scale
-    return max(int((context.region.width - LABEL_MARGIN * scale) / _char_width(context)), 12)
+    width = (region or context.region).width
+    return max(int((width - LABEL_MARGIN * scale) / _char_width(context)), 12)
+
+
+def verdict_rows(verdicts, width):
+    """The verdicts as the panel's rows: [(text, icon)], headline and detail wrapped at ``width`` characters
+    (never cut, whatever the sidebar's width), the verdict's icon on its first row."""
+    rows = []
+    for v in verdicts:
+        lines = textwrap.wrap(v["headline"], width) + textwrap.wrap(v["detail"], width)
+        rows += [(line, VERDICT_ICONS[v["kind"]] if i == 0 else "BLANK1") for i, line in enumerate(lines)]
+    return rows
 
 
 def _wrapped_label(layout, context, text, icon="NONE"):
@@ -222,10 +234,8 @@ class VIEW3D_PT_cyclic_loop_result(_LoopTab, bpy.types.Panel):
     def draw(self, context):
         layout, run = self.layout, context.scene.cyclic_loop_run
         col = layout.column(align=True)
-        width = _chars(context)     # wrapped, never cut, at any sidebar width
-        for v in json.loads(run.verdict or "[]"):
-            for i, line in enumerate(textwrap.wrap(v["headline"], width) + textwrap.wrap(v["detail"], width)):
-                col.label(text=line, icon=VERDICT_ICONS[v["kind"]] if i == 0 else "BLANK1")
+        for text, icon in verdict_rows(json.loads(run.verdict or "[]"), _chars(context)):
+            col.label(text=text, icon=icon)
         box = layout.box()
         col = box.column(align=True)
         line = timeline.loop_line(run, context.scene.render.fps / context.scene.render.fps_base).split(" · ")
