@@ -189,7 +189,7 @@ def test_a_plan_gives_the_time_left_before_anything_runs_and_moves_the_bar_throu
     clock = Clock()
     plan = Plan(70, 1728, 0, "structured", "cache_or_forward", 1)
     p = Progress(1, "cache_or_forward", clock=clock, plan=plan)
-    assert p.seconds_left == pytest.approx(plan.seconds) and p.time_text().endswith("about 2 min left")
+    assert p.seconds_left == pytest.approx(plan.seconds) and p.time_text().endswith(f"{about(plan.seconds)} left")
     p.update("")
     shown = [p.look()]
     clock.t += 1.0

@@ -44,7 +44,7 @@ STOP_DECREASE = FTOL / KINK_WINDOW
 CHILD_START = 1.5               # s: the child Python's start, its imports and reading the problem
 FORWARD_STEP = 8e-5             # s per vertex x step of the solver's own simulation (Blender cloth)
 DIRECT_ITERATION = {"cholmod": 4e-9, "scipy": 1.2e-8}  # s per unknown x (unknowns per step)^2 of a direct solve
-STRUCTURED_ITERATION = 4.5e-4   # s per vertex x step of a structured (PCG) iteration
+STRUCTURED_ITERATION = 6e-4     # s per vertex x step of a structured (PCG) iteration (grows with the loop)
 # a start's first iteration (the symbolic analysis, the set-up) costs this many iterations
 FIRST_ITERATION = {"cholmod": 2.0, "scipy": 1.4, "structured": 1.2}
 FAST_PROJECTION_ITERATION = 0.1  # a fast projection iteration costs this share of a Gauss–Newton one
