@@ -464,6 +464,11 @@ def test_the_panel_says_what_it_needs_before_a_run(installed):
     settings.max_iters = 13
     assert presets.active(obj, settings, bpy.context.scene) is None
     panel = addon_module("ui.panel")
+    settings.frame_start, settings.frame_end, settings.substeps, settings.max_iters = 1, 72, 24, 50
+    texts = [text for text, _ in panel.before_run(bpy.context, obj, settings)]   # a long loop: the preview offered
+    assert texts[0].startswith("Expected: about ") and texts[-1].startswith("A long loop: try the Quick Preview"), texts
+    assert bpy.ops.cyclic_loop.preset(preset="preview") == {"FINISHED"}
+    assert not any("Quick Preview" in text for text, _ in panel.before_run(bpy.context, obj, settings))
     settings.output = "ALEMBIC"     # this Blender has the exporter (Debian's 3.4: tests/test_blender_executable.py)
     assert "alembic_export" in dir(bpy.ops.wm) and panel.output_note(settings) == ""
     run = bpy.context.scene.cyclic_loop_run

@@ -2,7 +2,8 @@
 into the scene's run state), Cancel, Restore Simulation and Physics Defaults.
 
 Everything that touches bpy data runs here on the main thread: gathering before the solve, writing after
-it. Cancel or failure writes nothing. In the modal run the job (solve or crossfade) runs in a child Python
+it. Cancel or failure writes nothing; Cancel with Keep (the panel's "Stop, Keep Best") writes the best loop
+found so far like a finished one. In the modal run the job (solve or crossfade) runs in a child Python
 process (worker.SolveJob, child_solve) so that the solver's numpy / SciPy work does not hold the GIL the
 interface needs, and the timer reads its progress and result: no Python thread runs beside Blender's
 drawing. Without a usable Python it solves on a worker thread (the message says so).
