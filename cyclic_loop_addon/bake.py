@@ -54,8 +54,8 @@ def _parser():
     p.add_argument("--object", action="append", default=[], metavar="NAME",
                    help="the simulated mesh; repeat (or comma-separate) for N bodies")
     p.add_argument("--frames", nargs=2, type=int, metavar=("A", "B"),
-                   help="loop frames A..B (default: the physics cache without its first third, the settle from "
-                        "rest; N bodies: the scene range)")
+                   help="loop frames A..B (default: the scene's loop_frames property, else the physics cache "
+                        "without its first third, the settle from rest; N bodies: the scene range)")
     for out in OUTPUTS:
         p.add_argument(f"--{out.name}", metavar=out.metavar, help=out.help)
     p.add_argument("--model", choices=names(MODELS), default="auto")
@@ -195,7 +195,8 @@ def _open(args):
 def _progress(progress):
     def callback(info):
         progress.take(info)
-        _say(progress.line(info["loss"]))
+        if not info.get("stage") or info["phase"] != "forward" or info["done"] == info["of"]:
+            _say(progress.line(info.get("loss")))
         return False
     return callback
 

@@ -24,6 +24,7 @@ import numpy as np
 from .clip_loop import CLIP_INITS, LoopFailed, crossfade_clip, loop_clip
 from .io import clean_stale_partials, load_problem, save_result
 from .optimize.linsolve import BACKENDS
+from .optimize.structured_solve import cholmod
 from .loop import make_loop
 from .metrics import loop_metrics
 from .options import DEFAULTS, MAX_ITERS, PHYSICS_TOL, TOL
@@ -31,19 +32,34 @@ from .physics.driving import FAMILIES
 from .report import progress_line, versions
 
 
+_stop = threading.Event()      # the parent wrote "stop": end after this iteration and save the best loop so far
+
+
 def _progress(info):
     print(progress_line(info), flush=True)
+    return _stop.is_set()
+
+
+def _quiet(info):
+    return _stop.is_set()
 
 
 def _quit_with_parent():
-    """Exit as soon as stdin closes (the launching program is gone) instead of solving for nobody."""
+    """Exit as soon as stdin closes (the launching program is gone) instead of solving for nobody; a
+    "stop" line on stdin ends the solve after its current iteration instead, saving the best loop so far
+    (cancelled, as a callback that halts leaves it)."""
     def watch():
         try:
-            while os.read(0, 4096):     # a raw read: no lock of sys.stdin held at interpreter shutdown
-                pass
+            while True:
+                data = os.read(0, 4096)     # a raw read: no lock of sys.stdin held at interpreter shutdown
+                if not data:
+                    break
+                if b"stop" in data:
+                    _stop.set()
         finally:
             os._exit(1)
     threading.Thread(target=watch, name="solver-parent-watch", daemon=True).start()
+
 
 
 def _check_output(problem, output):
@@ -99,7 +115,8 @@ def cmd_loop(args):
     if args.stop_with_stdin:
         _quit_with_parent()
     prob = load_problem(args.problem)
-    callback = None if args.quiet else _progress
+    callback = _quiet if args.quiet else _progress
+    stage = None if args.quiet else _progress
     options = dict(init=args.init, max_iters=args.max_iters, tol=args.tol, physics_tol=args.physics_tol,
                    backend=args.backend, callback=callback)
     clip = None if args.clip is None else np.load(args.clip, allow_pickle=False)
@@ -109,7 +126,8 @@ def cmd_loop(args):
     if args.method == "crossfade":
         res = _crossfade(prob, clip, callback)
     else:
-        res = make_loop(prob, **options) if clip is None else loop_clip(prob, clip, **options)
+        res = make_loop(prob, stage=stage, **options) if clip is None else loop_clip(prob, clip, stage=stage,
+                                                                                       **options)
     if clip is not None:
         res.metrics["source"] = source_metrics(prob, clip)
     save_result(args.output, res)
@@ -166,8 +184,9 @@ def _crossfade(prob, clip, callback):
 
 
 def cmd_versions(args):
-    """Print the Python, numpy and SciPy versions as JSON (a launcher checks them against its own)."""
-    print(json.dumps(versions()))
+    """Print the Python, numpy and SciPy versions as JSON (a launcher checks them against its own), with
+    ``cholmod``: whether scikit-sparse's CHOLMOD imports here (a launcher prefers a Python that has it)."""
+    print(json.dumps(dict(versions(), cholmod=cholmod is not None)))
 
 
 def cmd_demo(args):

@@ -8,7 +8,8 @@ import numpy as np
 
 from .baselines import crossfade_loop
 from .physics.forward import SimulationFailed
-from .optimize.gauss_newton import choose_backend
+from .optimize.gauss_newton import choose_backend, solver_route
+from .optimize import driven
 from .optimize.linsolve import make_backend
 from .loop import LoopResult, make_loop
 from .metrics import loop_metrics, rms_speed, unseen, wrap_ratio
@@ -72,7 +73,8 @@ def _rank(result):
 def _make_loop(prob, clip, init, options, **kwargs):
     if init != "cache_or_forward":
         return make_loop(prob, init=crossfade_loop(clip) if init == "cache" else init, options=options, **kwargs)
-    starts = clip_starts(prob, clip)
+    stage = kwargs.pop("stage")
+    starts = clip_starts(prob, clip, stage)
     if len(starts) == 1:                   # the solver's own simulation failed
         return _started(make_loop(prob, init=starts["cache"], options=options, **kwargs), "cache")
     lead, trail = starts
@@ -88,7 +90,7 @@ def _make_loop(prob, clip, init, options, **kwargs):
     start = options.start
     out = race(starts, run, _rank, callback, behind=start.behind, race_from=start.race_from,
                leads=lambda first: unseen(first.metrics["loop"]),
-               settles=lambda first: first.stop_reason == "physics_tol")
+               settles=lambda first: first.stop_reason == "physics_tol", stage=stage)
     if out.cancelled:
         return out.runs[out.ranked[0]]
     if out.settled:   # seamless and physical: the other start cannot be seen to do better
@@ -127,7 +129,7 @@ def _started(result, start):
 
 
 def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto",
-              physics_tol=PHYSICS_TOL, options=None):
+              physics_tol=PHYSICS_TOL, options=None, stage=None):
     """The loop of the simulated ``clip``; LoopFailed when the solver fails or diverges.
 
     With a driving family (``options.motion.drive``: "auto" takes the scene's wind, else the mesh's body modes)
@@ -155,6 +157,12 @@ def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, 
         As in ``make_loop``, here PHYSICS_TOL unless given.
     options : Options, optional
         Tuning values (``options.py``); ``DEFAULTS`` when None.
+    stage : callable, optional
+        ``stage(info)`` hears of the work before the iterations, which the callback does not see: the
+        forward simulation's steps (phase "forward", ``done`` of ``of``) and each start as it begins (phase
+        "start": ``name``, ``index`` of ``starts``, ``offset``; also fast projection's fallback race), after
+        a first "setup" dict: the linear ``solver`` (``solver_route``), ``unknowns``, ``steps`` and
+        ``vertices``. A progress bar moves by them; they cannot cancel.
 
     Returns
     -------
@@ -170,10 +178,14 @@ def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, 
     """
     check_init(init)
     options = options or DEFAULTS
-    kwargs = dict(max_iters=int(max_iters), tol=float(tol), callback=callback, backend=backend,
-                  physics_tol=float(physics_tol))
-    clip = np.asarray(clip, dtype=float)
     drive = choose_drive(prob, options.motion.drive, options.motion.modes)
+    if stage is not None:       # the linear solve and the problem's size, before any work
+        route = driven.linear_solver(backend) if drive is not None else solver_route(prob, backend, options)
+        stage(dict(phase="setup", stage=True, solver=route,
+                   unknowns=int(prob.free_mask().sum()), steps=prob.n_steps, vertices=prob.model.n_vertices))
+    kwargs = dict(max_iters=int(max_iters), tol=float(tol), callback=callback, backend=backend,
+                  physics_tol=float(physics_tol), stage=stage)
+    clip = np.asarray(clip, dtype=float)
 
     def solve(start):
         if drive is not None:

@@ -54,7 +54,7 @@ class LoopResult(Result):
 
 
 def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callback=None, backend="auto",
-              physics_tol=0.0, options=None):
+              physics_tol=0.0, options=None, stage=None):
     """Solve the loop problem ``prob``: an initial guess, then Gauss–Newton on the loop loss.
 
     Gauss–Newton stops when the loss, or the decrease its model still predicts, falls by less than ``tol``
@@ -90,6 +90,8 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
         forces at play; 0 never (``loop_clip``, the add-on's and bake.py's solve, uses PHYSICS_TOL).
     options : Options, optional
         Tuning values (``options.py``); ``DEFAULTS`` when None.
+    stage : callable, optional
+        Hears of the forward simulation's steps and of the starts of a race (``clip_loop.loop_clip``).
 
     Returns
     -------
@@ -101,7 +103,7 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
     options = options or DEFAULTS
     start = options.start
     try:
-        guess = initial_guess(prob, init, callback, options)
+        guess = initial_guess(prob, init, callback, options, stage)
     except SimulationFailed as exc:
         raise SimulationFailed(f"the forward simulation for the initial guess failed: {exc}") from exc
     guesses = {name: prob.apply_constraints(q) for name, q in guess.guesses.items()}
@@ -118,7 +120,7 @@ def make_loop(prob, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, callba
         iterations = start.forward_race_iterations if init == "forward" else start.race_iterations
         final = 0 if init == "forward" else min(start.race_final_iterations, max_iters)
         res.init_used, gn, run = _race(prob, guesses, backend, min(iterations, max_iters), tol, physics_tol, callback,
-                                       final, options)
+                                       final, options, stage)
         res.initial_guess, res.initial_loss = guesses[res.init_used], run.history[0]["loss"]
         if run.stop_reason == "max_iters" and max_iters > run.nit:
             run = _run_on(gn, run, max_iters - run.nit, tol, physics_tol, callback)
@@ -156,7 +158,7 @@ def pins_jump(prob, q):
     return max(ratios) > SEAMLESS_RATIO
 
 
-def _race(prob, guesses, backend, iterations, tol, physics_tol, callback, final, options):
+def _race(prob, guesses, backend, iterations, tol, physics_tol, callback, final, options, stage=None):
     """Gauss–Newton for ``iterations`` from each guess (``starts.race``): (name, GaussNewton, its Result)
     of the lowest loss (of the first cancelled run, if one is); with ``final`` > ``iterations`` the two
     lowest go on to ``final`` iterations first, and the lower of them wins. The runs share one direct
@@ -173,7 +175,7 @@ def _race(prob, guesses, backend, iterations, tol, physics_tol, callback, final,
         run = gn.run(guesses[name], max_iters=iterations, tol=tol, callback=report, physics_tol=physics_tol)
         return run, run.nit
 
-    out = heats = race(guesses, first, last_loss, callback)
+    out = heats = race(guesses, first, last_loss, callback, stage=stage)
     if not heats.cancelled and final > iterations:
         def on(name, report):
             run = heats.runs[name]

@@ -14,6 +14,7 @@ from .baselines import closed_clip, crossfade_loop, wrap_gap
 from .loop import LoopResult
 from .metrics import loop_metrics, rms_speed, unseen
 from .optimize import driven
+from .options import DEFAULTS
 from .physics.driving import choose_drive
 from .result import CANCELLED, CONVERGED, CONVERGED_WITH_SEAM, ITERATION_CAP, NO_PROGRESS
 from .starts import initial_guess
@@ -51,7 +52,7 @@ def in_phase(prob, q):
     return np.roll(q, -int(np.argmin(far)), axis=0)
 
 
-def _start(prob, clip, init, callback, options):
+def _start(prob, clip, init, callback, options, stage=None):
     """(name, start on the solver grid) for "cache" and "cache_or_forward": the clip closed at its wrap when it
     nearly repeats (its gap below ``options.motion.closed_gap`` motions), else its crossfade rolled in phase with
     the initial conditions; the solver's own start for another init."""
@@ -59,13 +60,13 @@ def _start(prob, clip, init, callback, options):
         if wrap_gap(clip) < options.motion.closed_gap:
             return "cache", prob.steps_of(closed_clip(clip))
         return "cache", in_phase(prob, prob.steps_of(crossfade_loop(clip)))
-    guess = initial_guess(prob, init, callback, options)
+    guess = initial_guess(prob, init, callback, options, stage)
     name, q0 = next(iter(guess.guesses.items()))
     return name, q0
 
 
 def keep_motion(prob, clip, drive, init="cache", max_iters=50, tol=1e-6, callback=None, backend="auto",
-                physics_tol=0.01, options=None):
+                physics_tol=0.01, options=None, stage=None):
     """The loop of ``clip`` and the driving force ``drive`` solved together, at the clip's speed.
 
     Parameters
@@ -83,6 +84,8 @@ def keep_motion(prob, clip, drive, init="cache", max_iters=50, tol=1e-6, callbac
         As in ``make_loop``; ``physics_tol`` bounds the mean relative residual outside the driving force.
     options : Options
         ``options.motion`` holds the weights and the stopping rule's bands.
+    stage : callable, optional
+        Hears of the solver's own forward simulation when the start needs one (``loop_clip``).
 
     Returns
     -------
@@ -93,9 +96,10 @@ def keep_motion(prob, clip, drive, init="cache", max_iters=50, tol=1e-6, callbac
         wind's peak over the scene's and both winds per frame (``wind``, ``scene_wind``: lists of 3-vectors in the
         scene wind's units, what ``Write Wind`` keys).
     """
+    options = options or DEFAULTS
     motion = options.motion
     if isinstance(init, str):
-        init_used, q0 = _start(prob, clip, init, callback, options)
+        init_used, q0 = _start(prob, clip, init, callback, options, stage)
     else:
         init_used, q0 = "given", prob.steps_of(np.asarray(init, dtype=float)) \
             if len(init) == prob.n_frames and prob.substeps > 1 else np.asarray(init, dtype=float)

@@ -47,6 +47,7 @@ class LinearSolveOptions:
     factor_fill: float = 2.2                        # CHOLMOD factor nonzeros per (unknowns x unknowns per step)
     auto_direct_max_factor_nonzeros: float = 130e6  # "auto" takes the direct solve up to this factor size
     auto_structured_min_unknowns_velocity: int = 60_000   # with velocity terms: structured from this many unknowns
+    auto_direct_max_factor_nonzeros_scipy: float = 1e7   # without CHOLMOD (SciPy's LU) the direct solve up to this
     reuse: bool = True                  # direct solves try CG preconditioned by the last factorization first
     reuse_rtol: float = 1e-8            # CG on the last factorization must reach this relative residual
     reuse_cg_iters: int = 24            # ... within this many iterations

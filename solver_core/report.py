@@ -13,6 +13,7 @@ from .physics.forward import simulate
 from .metrics import loop_metrics
 
 _PROGRESS = re.compile(r"^\[(\w+)\] iteration +(-?\d+)  loss (\S+)(?:  residual (\S+))?$")
+_STAGE = re.compile(r"^\[(\w+)\] stage((?:  \w+ \S+)*)$")
 
 
 def loop_report(prob, res, clip=None, **about):
@@ -80,21 +81,37 @@ def format_report(rep):
 
 
 def progress_line(info):
-    """The line the command line prints after an iteration.
+    """The line the command line prints after an iteration, or at a stage before the iterations.
 
     Parameters
     ----------
     info : dict
         A solver callback's ``phase``, ``iteration``, ``loss`` and, where Gauss–Newton computes it,
-        ``residual`` (the mean relative residual).
+        ``residual`` (the mean relative residual); or a stage's dict (``stage`` True, see ``loop_clip``):
+        ``phase`` and its fields (numbers or words without spaces).
 
     Returns
     -------
     str
-        "[phase] iteration N  loss L[  residual R]", the floats exact (``repr``).
+        "[phase] iteration N  loss L[  residual R]", the floats exact (``repr``); a stage:
+        "[phase] stage  key value  key value".
     """
+    if info.get("stage"):
+        fields = "".join(f"  {k} {v!r}" if isinstance(v, float) else f"  {k} {v}"
+                         for k, v in info.items() if k not in ("phase", "stage"))
+        return f"[{info['phase']}] stage{fields}"
     line = f"[{info['phase']}] iteration {int(info['iteration']):4d}  loss {float(info['loss'])!r}"
     return line + (f"  residual {float(info['residual'])!r}" if "residual" in info else "")
+
+
+def _field(text):
+    """A stage field's value: an int, a float or a word."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def parse_progress(line):
@@ -108,11 +125,17 @@ def parse_progress(line):
     Returns
     -------
     dict or None
-        ``phase``, ``iteration``, ``loss`` and ``residual`` when given; None for another line.
+        ``phase``, ``iteration``, ``loss`` and ``residual`` when given; a stage's dict (``stage`` True and
+        its fields); None for another line.
     """
-    found = _PROGRESS.match(line.rstrip("\n"))
+    line = line.rstrip("\n")
+    found = _PROGRESS.match(line)
     if found is None:
-        return None
+        found = _STAGE.match(line)
+        if found is None:
+            return None
+        words = found[2].split()
+        return dict(phase=found[1], stage=True, **{k: _field(v) for k, v in zip(words[::2], words[1::2])})
     info = dict(phase=found[1], iteration=int(found[2]), loss=float(found[3]))
     return info if found[4] is None else dict(info, residual=float(found[4]))
 

@@ -37,7 +37,7 @@ def _guesses(guesses, reason="", phase=None):
                   success=phase.status == CONVERGED, nit=phase.nit, history=phase.history, seconds=phase.seconds)
 
 
-def initial_guess(prob, init, callback=None, options=None):
+def initial_guess(prob, init, callback=None, options=None, stage=None):
     """The starts of ``init``: the initial guess, or the guesses Gauss–Newton races.
 
     Parameters
@@ -50,6 +50,8 @@ def initial_guess(prob, init, callback=None, options=None):
         Fast projection's ``callback(info)``; when it ``halts`` the phase returns cancelled.
     options : Options, optional
         ``options.start`` (two_sided, blend) and ``options.fast_projection``; ``DEFAULTS`` when None.
+    stage : callable, optional
+        Told of the forward simulation's steps (``simulating``).
 
     Returns
     -------
@@ -79,17 +81,17 @@ def initial_guess(prob, init, callback=None, options=None):
             return _guesses({"fast_projection": fp.x}, phase=fp)
         except FastProjectionDiverged as exc:
             phase = Result(status=NO_PROGRESS, nit=exc.nit, history=[], seconds=time.perf_counter() - t0)
-            clip = simulate(prob)
+            clip = simulate(prob, progress=simulating(stage))
             guesses = {"forward": clip, "crossfade": crossfade_loop(clip)}
             if exc.best is not None:
                 guesses["fast_projection"] = exc.best
             return _guesses(guesses, str(exc), phase=phase)
     if init == "forward":
-        clip = simulate(prob)
+        clip = simulate(prob, progress=simulating(stage))
         return _guesses({"forward": clip, "closed_forward": closed_forward(prob, clip)})
     # The crossfade sits at the clip's middle frame at the wrap; the hard initial conditions are imposed on
     # it afterwards, like on any other guess.
-    return _guesses({init: crossfade_loop(simulate(prob))})
+    return _guesses({init: crossfade_loop(simulate(prob, progress=simulating(stage)))})
 
 
 def closed_forward(prob, clip=None):
@@ -123,7 +125,20 @@ def closed_forward(prob, clip=None):
     return clip - s * (d0 + (j - n)[:, None, None] * (d1 - d0))
 
 
-def clip_starts(prob, clip):
+def simulating(stage):
+    """A ``simulate`` progress function that reports the forward simulation to ``stage`` (None: none) about
+    fifty times: stage dicts of phase "forward" with ``done`` and ``of`` steps."""
+    if stage is None:
+        return None
+
+    def progress(done, total):
+        if done == 1 or done == total or done % max(total // 50, 1) == 0:
+            stage(dict(phase="forward", stage=True, done=done, of=total))
+
+    return progress
+
+
+def clip_starts(prob, clip, stage=None):
     """The starts of ``loop_clip``'s "cache_or_forward".
 
     Parameters
@@ -132,6 +147,8 @@ def clip_starts(prob, clip):
         The loop problem the clip was simulated for.
     clip : ndarray
         The simulated clip (n_frames, n, 3).
+    stage : callable, optional
+        Told of the forward simulation's steps (``simulating``).
 
     Returns
     -------
@@ -141,7 +158,7 @@ def clip_starts(prob, clip):
     """
     starts = {"cache": crossfade_loop(clip)}
     try:
-        starts["forward"] = simulate(prob)
+        starts["forward"] = simulate(prob, progress=simulating(stage))
     except SimulationFailed:
         return starts
     losses = {name: loss(prob, prob.apply_constraints(on_solver_grid(prob, q))) for name, q in starts.items()}
@@ -155,7 +172,8 @@ def shifted_callback(callback, offset):
     return lambda info: callback(dict(info, iteration=info["iteration"] + offset))
 
 
-def race(starts, run, rank, callback=None, offset=0, behind=np.inf, race_from=0, leads=None, settles=None):
+def race(starts, run, rank, callback=None, offset=0, behind=np.inf, race_from=0, leads=None, settles=None,
+         stage=None):
     """Gauss–Newton from several starts, one run after another, and the best run.
 
     Parameters
@@ -183,6 +201,9 @@ def race(starts, run, rank, callback=None, offset=0, behind=np.inf, race_from=0,
         ``leads(lead)``: whether the lead's result may drop the runs after it (always when None).
     settles : callable, optional
         ``settles(lead)``: whether the lead's result makes the runs after it needless (never when None).
+    stage : callable, optional
+        Told when each run begins, before its first iteration: a stage dict of phase "start" with the
+        start's ``name``, its ``index`` (from 1) of ``starts`` and the ``offset`` of its iterations.
 
     Returns
     -------
@@ -200,6 +221,8 @@ def race(starts, run, rank, callback=None, offset=0, behind=np.inf, race_from=0,
             lead = runs[names[0]]
             report = _dropping(report, [h["loss"] for h in lead.history], leads is None or leads(lead), behind,
                                race_from, dropped, name)
+        if stage is not None:
+            stage(dict(phase="start", stage=True, name=name, index=k + 1, starts=len(names), offset=offset))
         result, iterations = run(name, report)
         offset += iterations
         runs[name] = result

@@ -110,6 +110,13 @@ def text_fits(texts):
     return dict(widest=widest, room=region.width - int((2 * 10 + 20 + 12) * scale))
 
 
+def panel_rows(verdict):
+    """The texts of the verdict's rows as the panel draws them at the sidebar's width."""
+    panel = sys.modules["cyclic_loop.cyclic_loop_addon.ui.panel"]
+    _, _, region = view3d()
+    return [text for text, _ in panel.verdict_rows(verdict, panel._chars(bpy.context, region))]
+
+
 def click_make_loop(run, redraw_first=False):
     """Click Make Loop; wait in POLL steps until the run has started. ``redraw_first``: move the pointer
     off the button and let the panel redraw before the click, as an artist clicks what is shown: a button
@@ -204,7 +211,7 @@ def steps():
                                can_make_loop=bpy.ops.cyclic_loop.make_loop.poll())
     mod = next(m for m in obj.modifiers if m.type == "CLOTH")
     result["cache"] = dict(frames=[mod.point_cache.frame_start, mod.point_cache.frame_end],
-                           quality=mod.settings.quality)
+                           quality=mod.settings.quality, loop_frames=list(scene["loop_frames"]))
     screenshot("panel_before")
     settings.frame_start = scene["loop_frames"][0]
     settings.frame_end = settings.frame_start + N_FRAMES - 1
@@ -294,8 +301,7 @@ def steps():
     result["run2_verdict"] = json.loads(run.verdict)
     result["run2_range"] = [scene.frame_start, scene.frame_end]
     result["run2_loop"] = [run.loop_first, run.loop_last]
-    verdict_texts = [t for v in result["run2_verdict"] for t in (v["headline"], v["detail"])]
-    result["run2_verdict_fit"] = text_fits(verdict_texts)
+    result["run2_verdict_fit"] = text_fits(panel_rows(result["run2_verdict"]))
     with bpy.context.temp_override(window=window, area=area, region=region):
         bpy.ops.cyclic_loop.jump(end="LAST")
         result["jump_last"] = scene.frame_current
@@ -322,7 +328,7 @@ def steps():
         yield
     result["run3_message"] = run.message
     result["run3_verdict"] = json.loads(run.verdict)
-    result["run3_verdict_fit"] = text_fits([t for v in result["run3_verdict"] for t in (v["headline"], v["detail"])])
+    result["run3_verdict_fit"] = text_fits(panel_rows(result["run3_verdict"]))
     result["run3_seam_icon"] = sys.modules["cyclic_loop.cyclic_loop_addon.ui.last_run"].seam_icon()
     screenshot("panel_verdict")
     run.show_details = True

@@ -400,3 +400,18 @@ def test_sigterm_after_the_renames_leaves_every_earlier_file_as_it_was(flag_blen
             proc.kill()
     assert proc.returncode == 128 + 15, out[-2000:] + err[-2000:]
     assert _tree(tmp_path) == earlier
+
+
+def test_the_output_section_says_before_a_run_that_alembic_is_missing(legacy_addon, flag_blend):
+    """Debian's Blender 3.4 has no Alembic exporter (bake.py refuses --abc there): the panel's Output section
+    says so as soon as Alembic is chosen, and names the outputs that work."""
+    bpy.ops.wm.open_mainfile(filepath=flag_blend)
+    settings = bpy.data.objects["Flag"].cyclic_loop_settings
+    panel = sys.modules["cyclic_loop.cyclic_loop_addon.ui.panel"]
+    settings.output = "PC2"
+    assert panel.output_note(settings) == ""
+    settings.output = "ALEMBIC"
+    if "alembic_export" in dir(bpy.ops.wm):
+        assert panel.output_note(settings) == ""
+    else:
+        assert panel.output_note(settings).startswith("This Blender has no Alembic exporter")

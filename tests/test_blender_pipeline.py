@@ -347,9 +347,13 @@ def test_the_readme_main_jobs_loop_is_seamless_and_closer_to_physics_than_the_ca
 def test_bake_defaults_finish_a_seamless_loop_of_blender_cloth():
     """bake.py without solver options takes Blender cloth's defaults (vocabulary.MODEL_DEFAULTS: from the
     cache and the solver's own simulation, one step per frame, soft first frames) and converges to a seamless loop closer to physics than
-    the cache; without --frames it loops the cache without its first third (the settle from rest)."""
+    the cache; without --frames it loops the scene's own loop range (its loop_frames), or where a scene has
+    none the cache without its first third (the settle from rest)."""
     open_sample("flag")
     first, last = bpy.data.objects["Flag"].modifiers["Cloth"].point_cache.frame_start, bpy.context.scene.frame_end
+    plain = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Flag"]))
+    assert (plain.frame_start, plain.frame_end) == tuple(bpy.context.scene["loop_frames"])
+    del bpy.context.scene["loop_frames"]
     plain = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Flag"]))
     assert (plain.frame_start, plain.frame_end) == (first + (last - first + 1) // 3, last)
     assert (plain.init, plain.substeps, plain.soft, plain.iterations) == ("cache_or_forward", 1, 1000.0, 50)

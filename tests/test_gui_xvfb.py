@@ -100,8 +100,7 @@ def test_invalid_selection_disables_make_loop_with_the_reason(gui_run):
 def test_settings_are_read_from_physics_on_selection(gui_run):
     """Selecting the flag fills its settings from its cloth (no button pressed) and clears the old message."""
     on, cache = gui_run["on_select"], gui_run["cache"]
-    first, last = cache["frames"]
-    assert on["initialized"] and on["frames"] == [first + (last - first + 1) // 3, last]
+    assert on["initialized"] and on["frames"] == cache["loop_frames"]     # the sample's own loop range
     assert on["model"] == "blender_cloth" and on["substeps"] == 1 and on["init"] == "cache_or_forward"   # the frame grid
     assert not on["hard_initial"] and on["soft_weight"] == 1000
     assert on["message"] == "" and on["can_make_loop"]

@@ -11,7 +11,7 @@ import solver_core as sc
 from cyclic_loop_addon.report import verdict as words
 from cyclic_loop_addon.report.advice import python_note
 from cyclic_loop_addon.report.progress import (MAX_MOVE, SHRINK, SOLVED, STOP_DECREASE, TYPICAL_ITERATIONS,
-                                               Progress, about, duration)
+                                               Plan, Progress, about, duration)
 from cyclic_loop_addon.report.seam_picture import seam_picture
 from cyclic_loop_addon.report.verdict import LINE_CHARS
 from solver_core.options import DEFAULTS
@@ -180,6 +180,41 @@ def test_a_residual_within_the_tolerance_of_a_run_that_goes_on_no_longer_sets_th
     for it, residual in enumerate([0.16, 0.04, 0.032, 0.0256], start=1):   # rates 0.25, 0.8, 0.8
         q.update("gauss_newton", it, residual)
     assert q.expected == 4 + math.ceil(math.log(0.01 / 0.0256) / math.log(0.8))
+
+
+def test_a_plan_gives_the_time_left_before_anything_runs_and_moves_the_bar_through_every_stage():
+    """With a Plan (the problem's size) the time left is known at once; the stages before the first
+    iteration (the child's start, the solver's own simulation by its steps, a race's start by its time) move
+    the bar, a measured phase refines the estimate, and a race's second start keeps the bar moving."""
+    clock = Clock()
+    plan = Plan(70, 1728, 0, "structured", "cache_or_forward", 1)
+    p = Progress(1, "cache_or_forward", clock=clock, plan=plan)
+    assert p.seconds_left == pytest.approx(plan.seconds) and p.time_text().endswith(f"{about(plan.seconds)} left")
+    p.update("")
+    shown = [p.look()]
+    clock.t += 1.0
+    line = sc.progress_line(dict(phase="setup", stage=True, solver="structured", unknowns=362_000, steps=1728,
+                                 vertices=70))
+    p.take(sc.parse_progress(line))
+    assert p.solver == "structured" and p.plan.unknowns == 362_000
+    forward = dict(plan.pre)["forward"]
+    for before, done in ((0, 100), (100, 800), (800, 1726)):
+        clock.t += forward * 2 * (done - before) / 1726     # twice as slow as planned
+        p.take(sc.parse_progress(sc.progress_line(dict(phase="forward", stage=True, done=done, of=1726))))
+        shown.append(p.look())
+    assert p.headline().startswith("Simulating ") and p.scale == pytest.approx(2.0, rel=0.1)
+    p.take(dict(phase="start", stage=True, name="cache", index=1, starts=2, offset=0))
+    assert p.headline().startswith("Starting from the cache (1 of 2) ")
+    for _ in range(30):                          # a first iteration longer than planned: the bar creeps on
+        clock.t += 10.0
+        shown.append(p.look())
+    assert np.all(np.diff(shown) > 0), shown
+    assert p.seconds_left > 0 and p.time_text().endswith(" left")
+    p.update("gauss_newton", 1, 0.9, 1e6)
+    p.take(dict(phase="start", stage=True, name="forward", index=2, starts=2, offset=1))
+    before = p.look()
+    clock.t += 10.0
+    assert p.look() > before and p.headline().startswith("Optimizing (2 of 2) ")
 
 
 def test_durations_in_words():

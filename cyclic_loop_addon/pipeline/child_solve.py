@@ -5,8 +5,9 @@ progress lines of its stdout (a file in its folder, read with ``Output``), its e
 lines of its stderr (``error_message``). No bpy here, and no thread: the caller polls (``Search.poll``,
 ``Output.lines``, ``Popen.poll``). The reasoning: docs/design/child_solve.md.
 
-The Python is ``sys.executable`` (Blender's bundled Python since 2.91), else the Python that Blender's
-``sys.base_prefix`` belongs to (Linux distribution builds of Blender); each is probed once per Blender session
+The Python is the first of ``sys.executable`` (Blender's bundled Python since 2.91), the Python that
+Blender's ``sys.base_prefix`` belongs to (Linux distribution builds of Blender) and the ``pythonX.Y`` on the
+PATH that has CHOLMOD (scikit-sparse), else the first usable one; each is probed once per Blender session
 (``python -m solver_core versions``): it must have the same Python minor version, numpy and SciPy as
 Blender. Its module search path is the solver package's folder and Blender's ``sys.path`` without
 Blender's standard library, so it finds the same numpy, SciPy (bundled extension wheels included) and
@@ -14,6 +15,7 @@ scikit-sparse.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -23,7 +25,7 @@ import time
 from ..core import sc
 
 PROBE_TIMEOUT = 120.0       # seconds for a probe (a cold start of SciPy can be slow)
-_probed = {}                # python path -> (usable, reason)
+_probed = {}                # python path -> (usable, reason, has CHOLMOD)
 
 
 def _is_stdlib(entry, stdlib):
@@ -56,31 +58,37 @@ def probe(python):
 
 
 class Search:
-    """The first usable Python of ``pythons`` (default ``candidates()``), found without blocking: each is
-    probed (``python -m solver_core versions``, once per Blender session) in a child process, one at a time, and
-    ``poll()`` advances the search. Blender's modal Make Loop polls it from its timer, so no Python thread
-    runs beside Blender's drawing."""
+    """The usable Python of ``pythons`` (default ``candidates()``) to solve in, found without blocking: the
+    first that has CHOLMOD (scikit-sparse), else the first usable one. Each is probed (``python -m solver_core
+    versions``, once per Blender session) in a child process, one at a time, and ``poll()`` advances the
+    search. Blender's modal Make Loop polls it from its timer, so no Python thread runs beside Blender's
+    drawing. ``cholmod`` says whether the Python found has CHOLMOD."""
 
     def __init__(self, pythons=None):
         self._todo = list(candidates() if pythons is None else pythons)
         self._reasons = []
+        self._usable = []           # usable Pythons without CHOLMOD, in the order of ``pythons``
         self._running = None        # (python, Popen, its stdout and stderr files, when it started)
         self.found = None
+        self.cholmod = False
 
     def poll(self):
-        """None while a probe runs, then (python, "") for the first usable one or (None, why none is)."""
+        """None while a probe runs, then (python, "") for the Python to use or (None, why none is)."""
         while self.found is None:
             if self._running is not None and not self._ended():
                 return None
             if not self._todo:
-                self.found = None, "; ".join(self._reasons) or "no Python found"
+                self.found = (self._usable[0], "") if self._usable else (
+                    None, "; ".join(self._reasons) or "no Python found")
             elif self._todo[0] not in _probed:
                 self._start(self._todo[0])
             else:
                 python = self._todo.pop(0)
-                usable, reason = _probed[python]
-                if usable:
-                    self.found = python, ""
+                usable, reason, has_cholmod = _probed[python]
+                if usable and has_cholmod:
+                    self.found, self.cholmod = (python, ""), True
+                elif usable:
+                    self._usable.append(python)
                 else:
                     self._reasons.append(reason)
         return self.found
@@ -110,7 +118,7 @@ class Search:
 
     def _start(self, python):
         if not python or not os.path.isfile(python):
-            _probed[python] = False, f"no Python at {python!r}"
+            _probed[python] = False, f"no Python at {python!r}", False
             return
         argv, env = command(python, "versions")
         out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
@@ -119,7 +127,7 @@ class Search:
         except (OSError, subprocess.SubprocessError) as exc:
             out.close()
             err.close()
-            _probed[python] = False, f"{python} did not run: {exc}"
+            _probed[python] = False, f"{python} did not run: {exc}", False
             return
         self._running = python, proc, (out, err), time.monotonic()
 
@@ -130,7 +138,7 @@ class Search:
             if time.monotonic() - started < PROBE_TIMEOUT:
                 return False
             self.stop()
-            _probed[python] = False, f"{python} did not answer within {PROBE_TIMEOUT:.0f} s"
+            _probed[python] = False, f"{python} did not answer within {PROBE_TIMEOUT:.0f} s", False
             return True
         self._running = None
         texts = []
@@ -143,7 +151,7 @@ class Search:
 
 
 def _verdict(python, status, stdout, stderr):
-    """(usable, reason) from a probe's exit status and output."""
+    """(usable, reason, has CHOLMOD) from a probe's exit status and output."""
     lines = stdout.strip().splitlines()
     try:
         found = json.loads(lines[-1]) if status == 0 and lines else None
@@ -151,22 +159,34 @@ def _verdict(python, status, stdout, stderr):
         found = None
     if not isinstance(found, dict):
         last = (stderr.strip().splitlines() or [f"exit status {status}"])[-1]
-        return False, f"{python} cannot run the solver ({last})"
+        return False, f"{python} cannot run the solver ({last})", False
+    has_cholmod = bool(found.pop("cholmod", False))
     wanted = sc.versions()
     if found != wanted:
-        return False, f"{python} has {found}, Blender has {wanted}"
-    return True, ""
+        return False, f"{python} has {found}, Blender has {wanted}", False
+    return True, "", has_cholmod
+
+
+def cholmod_known():
+    """Whether the Python the solve will run in has CHOLMOD: True or False once this session has probed the
+    candidates (``Search``), None before."""
+    pythons = candidates()
+    if any(_probed[p][0] and _probed[p][2] for p in pythons if p in _probed):
+        return True
+    return None if any(p not in _probed for p in pythons) else False
 
 
 def candidates():
-    """Pythons to try: sys.executable, then the interpreter of sys.base_prefix."""
+    """Pythons to try: sys.executable, the interpreter of sys.base_prefix, then the ``pythonX.Y`` of this
+    Python's version on the PATH (a virtual environment's or a version manager's, where scikit-sparse may be
+    installed; the probe accepts it only with Blender's numpy and SciPy versions)."""
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if os.name == "nt":
         base = [os.path.join(sys.base_prefix, "python.exe"), os.path.join(sys.base_prefix, "bin", "python.exe")]
     else:
         base = [os.path.join(sys.base_prefix, "bin", f"python{version}")]
     found = []
-    for path in [sys.executable, *base]:
+    for path in [sys.executable, *base, shutil.which(f"python{version}")]:
         if path and path not in found:
             found.append(path)
     return found

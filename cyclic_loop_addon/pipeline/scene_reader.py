@@ -170,9 +170,13 @@ class Defaults:
     soft: float
 
 
+LOOP_FRAMES = "loop_frames"     # scene ID property: the frames the scene's author meant to loop (first, last)
+
+
 def physics_defaults(objects, model="auto", scene=None):
     """The ``Defaults`` of a loop of ``objects`` (bpy objects) as ``model`` ("auto": their physics'): the
-    cache's frames without the settle from rest (``loop_range``; no physics modifier: the scene range)."""
+    scene's own loop range (its ``loop_frames`` property, within the cache) or the cache's frames without
+    the settle from rest (``loop_range``; no physics modifier: the scene range)."""
     scene = scene or bpy.context.scene
     mod = physics_modifier(objects[0]) if len(objects) == 1 else None
     if model == "auto":
@@ -180,6 +184,10 @@ def physics_defaults(objects, model="auto", scene=None):
     first, last = scene.frame_start, scene.frame_end
     if mod is not None:
         first, last = loop_range(mod.point_cache.frame_start, mod.point_cache.frame_end)
+    own = scene.get(LOOP_FRAMES)
+    if own is not None and len(own) == 2 and (mod is None or mod.point_cache.frame_start <= own[0] < own[1]
+                                              <= mod.point_cache.frame_end):
+        first, last = int(own[0]), int(own[1])    # the scene's own loop range (the samples have one)
     own = 1
     if mod is not None and mod.type == "CLOTH":
         own = max(scene.frame_step, 1) * max(int(mod.settings.quality), 1)

@@ -30,7 +30,7 @@ def motion_arguments(settings):
     return ["--drive", motion.drive, "--keep-speed", repr(float(motion.keep_speed))]
 
 
-def solve(gathered, settings, callback=None):
+def solve(gathered, settings, callback=None, stage=None):
     """The physical loop of ``gathered`` with the settings' init, iterations and tolerances.
 
     Parameters
@@ -41,6 +41,8 @@ def solve(gathered, settings, callback=None):
         ``init``, ``iterations``, ``tolerance``, ``physics_tolerance``, ``gusts`` and ``keep_motion`` are used.
     callback : callable, optional
         The solver's progress callback (``sc.make_loop``); returning True cancels.
+    stage : callable, optional
+        Told of the work before the iterations (``sc.loop_clip``'s ``stage``).
 
     Returns
     -------
@@ -57,7 +59,7 @@ def solve(gathered, settings, callback=None):
     try:
         result = sc.loop_clip(gathered.problem, gathered.source, settings.init, max_iters=settings.iterations,
                               tol=settings.tolerance, physics_tol=settings.physics_tolerance, callback=callback,
-                              options=motion_options(settings))
+                              options=motion_options(settings), stage=stage)
     except sc.LoopFailed as exc:
         raise LoopSolveError(str(exc)) from exc
     return with_source(gathered, result)
@@ -81,8 +83,8 @@ def crossfade(gathered):
 
 def with_source(gathered, result):
     """``result`` with ``metrics["source"]``: the source cache played as a loop, the report's source column
-    (not measured for a cancelled result, which gets no report)."""
-    if not result.cancelled:
+    (a cancelled result's too: a solve stopped to keep its best loop gets a report)."""
+    if result.metrics:
         result.metrics["source"] = sc.loop_metrics(gathered.problem, gathered.problem.steps_of(gathered.source))
     return result
 

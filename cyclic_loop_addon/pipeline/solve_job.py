@@ -57,6 +57,10 @@ class SolveJob:
         self.where = None
         self.notes = []
         self.on_progress = None     # also called with each progress dict (from the thread that advances the job)
+        self.solver = ""            # the linear solve the solver runs ("cholmod", "scipy", "structured"), once said
+        self.stopped = False        # stopped by ``stop(keep=True)``: ``q`` and ``report`` are the best loop so far
+        self.iterations = 0         # Gauss–Newton iterations reported so far
+        self._keep = False
         self.folder = None          # the child's job folder while it runs (removed afterwards)
         self.child_pid = None
         self._finished = threading.Event()
@@ -83,9 +87,27 @@ class SolveJob:
             self.start()
             self.wait()
 
+    def stop(self, keep=False):
+        """Stop the solve; with ``keep`` and once an iteration has been made, keep the best loop so far: the
+        solver ends after its current iteration and the job ends as a finished one (``q`` and ``report``, the
+        report's status cancelled) with ``stopped`` set. Otherwise as ``cancel``."""
+        if not keep or self.iterations == 0 or self.done:
+            self.cancel()
+            return
+        self._keep = True
+        if self._child is not None:
+            try:
+                self._child.stdin.write(b"stop\n")
+                self._child.stdin.flush()
+            except OSError:
+                self.cancel()
+        else:
+            self._cancel.set()
+
     def cancel(self):
         """Stop the solve: a probe or child process is ended at once (the job is then over), a solve in a
         thread stops after its current iteration; nothing will be written."""
+        self._keep = False
         self._cancel.set()
         if self._search is not None or self._child is not None:
             self._end()
@@ -134,6 +156,10 @@ class SolveJob:
         return self._cancel.is_set()
 
     def _post(self, info):
+        if info.get("phase") == "setup":
+            self.solver = info.get("solver", self.solver)
+        elif info.get("phase") == "gauss_newton" and not info.get("stage"):
+            self.iterations += 1
         self._progress.put(info)
         if self.on_progress is not None:
             self.on_progress(info)
@@ -150,8 +176,9 @@ class SolveJob:
                 self._callback(dict(phase="crossfade", iteration=0, loss=float("nan")))
                 q, report = self._report(solve.crossfade(self.gathered))
             else:
-                q, report = self._report(solve.solve(self.gathered, self.settings, callback=self._callback))
-            if self._cancel.is_set() or report is None:
+                q, report = self._report(solve.solve(self.gathered, self.settings, callback=self._callback,
+                                                     stage=self._post))
+            if (self._cancel.is_set() and not self._keep) or report is None:
                 self.cancelled = True
             else:
                 self.q, self.report = q, report
@@ -162,7 +189,10 @@ class SolveJob:
 
     def _report(self, result):
         """(q, report) of a LoopResult made here or reloaded from the child's result file; report None when
-        it was cancelled."""
+        it was cancelled, unless stopped to keep the best loop so far (``stopped``)."""
+        if result.cancelled and self._keep:
+            self.stopped = True
+            return result.q, solve.report(self.gathered, result, self.notes)
         return result.q, None if result.cancelled else solve.report(self.gathered, result, self.notes)
 
     def _advance(self):

@@ -14,8 +14,12 @@ from ..core import sc
 _SOLVER = sc.DEFAULTS       # the solver's default options: the counts the bar expects
 # the solver's callback phases (and the add-on's own steps around the solve) in words
 PHASE_WORDS = {"gather": "Reading the simulation", "": "Starting the solver", "fast_projection": "Initial guess",
-               "forward": "Initial guess", "crossfade": "Crossfade", "gauss_newton": "Optimizing",
+               "forward": "Simulating", "start": "Starting", "crossfade": "Crossfade", "gauss_newton": "Optimizing",
                "write": "Writing the loop"}
+START_WORDS = {"cache": "from the cache", "forward": "from the simulation", "crossfade": "from a crossfade",
+               "fast_projection": "from the quick loop", "closed_forward": "from the closed simulation"}
+# The linear solve the child runs (its "setup" stage), in words
+SOLVER_WORDS = {"cholmod": "CHOLMOD", "scipy": "SciPy (no CHOLMOD)", "structured": "structured (PCG)"}
 FP_ITERATIONS = _SOLVER.fast_projection.max_iters     # fast projection's iteration cap
 FTOL, KINK_WINDOW = _SOLVER.gauss_newton.ftol, _SOLVER.gauss_newton.kink_window    # Gauss–Newton's settle test
 RACE_ITERATIONS = _SOLVER.start.race_iterations       # after a failed fast projection: iterations per start
@@ -34,6 +38,93 @@ RATE_WINDOW = 3         # iterations over which the residual's rate towards the 
 TYPICAL_ITERATIONS = 20
 TAIL, SHRINK = 0.05, 0.3
 STOP_DECREASE = FTOL / KINK_WINDOW
+
+# What a run costs before it starts, from the problem's size (benchmarks/results/panel_estimates.md: measured
+# on a 2-core x86_64 VM with the flag sample at 4,536 to 72,576 unknowns and the curtain of tests/test_addon_ui.py).
+CHILD_START = 1.5               # s: the child Python's start, its imports and reading the problem
+FORWARD_STEP = 8e-5             # s per vertex x step of the solver's own simulation (Blender cloth)
+DIRECT_ITERATION = {"cholmod": 4e-9, "scipy": 1.2e-8}  # s per unknown x (unknowns per step)^2 of a direct solve
+STRUCTURED_ITERATION = 6e-4     # s per vertex x step of a structured (PCG) iteration (grows with the loop)
+# a start's first iteration (the symbolic analysis, the set-up) costs this many iterations
+FIRST_ITERATION = {"cholmod": 2.0, "scipy": 1.4, "structured": 1.2}
+FAST_PROJECTION_ITERATION = 0.1  # a fast projection iteration costs this share of a Gauss–Newton one
+MIN_ITERATION = 0.05            # s: the least an iteration costs (the residual, the metrics, the line search)
+PRE_SHARE = 0.8                 # the most of the bar the phases before the first iteration fill
+CREEP = 0.9                     # a phase measured by its time alone fills this share of itself at its estimate
+
+
+def iteration_seconds(solver, unknowns, steps, vertices):
+    """Estimated seconds of one Gauss–Newton iteration.
+
+    Parameters
+    ----------
+    solver : str
+        The linear solve: "cholmod", "scipy" or "structured".
+    unknowns, steps, vertices : int
+        The problem's size: its unknowns, solver steps and vertices.
+
+    Returns
+    -------
+    float
+        A direct solve's factorization grows with unknowns x (unknowns per step)^2 (the matrix is banded in
+        time); the structured solve with vertices x steps.
+    """
+    if solver == "structured":
+        cost = STRUCTURED_ITERATION * vertices * steps
+    else:
+        cost = DIRECT_ITERATION.get(solver, DIRECT_ITERATION["scipy"]) * unknowns * (unknowns / max(steps, 1)) ** 2
+    return max(cost, MIN_ITERATION)
+
+
+class Plan:
+    """The phases of one run and the seconds each is expected to take, from the problem's size, before it
+    starts: the child's start, the solver's own simulation (starts that need it), each start's first
+    iteration and the iterations expected (a run's TYPICAL_ITERATIONS, a race's trailing run dropped after
+    RACE_FROM; at most ``max_iters`` each).
+
+    Parameters
+    ----------
+    vertices, steps, unknowns : int
+        The problem's size (``unknowns`` 0: three per vertex and step).
+    solver : str
+        The linear solve ("cholmod", "scipy", "structured").
+    init : str
+        The initial guess (``solver_core.CLIP_INITS``).
+    max_iters : int
+        The iteration cap of each run.
+    """
+
+    def __init__(self, vertices, steps, unknowns, solver, init, max_iters):
+        self.vertices, self.steps, self.solver, self.init = int(vertices), int(steps), solver, init
+        self.unknowns = int(unknowns) or 3 * self.vertices * self.steps
+        self.max_iters = max(int(max_iters), 1)
+        self.iteration = iteration_seconds(solver, self.unknowns, self.steps, self.vertices)
+        forward = FORWARD_STEP * self.vertices * self.steps
+        lead = min(self.max_iters, TYPICAL_ITERATIONS)
+        first = FIRST_ITERATION.get(solver, 1.0) * self.iteration
+        pre = [("", CHILD_START)]
+        if init in ("cache_or_forward", "forward", "crossfade"):
+            pre.append(("forward", forward))
+        if init == "fast_projection":
+            pre.append(("fast_projection", FP_ITERATIONS * FAST_PROJECTION_ITERATION * self.iteration))
+        pre.append(("start", first))
+        self.pre = pre
+        # after the first: the lead's other iterations and a race's trailing run (its start's analysis is shared)
+        self.iterations = lead - 1 + (min(self.max_iters, RACE_FROM) if init == "cache_or_forward" else 0)
+
+    @property
+    def pre_seconds(self):
+        """Seconds before the first iteration has been made."""
+        return sum(seconds for _, seconds in self.pre)
+
+    @property
+    def seconds(self):
+        """Seconds of the whole run."""
+        return self.pre_seconds + self.iterations * self.iteration
+
+    def words(self):
+        """"about 4 min with CHOLMOD" (the panel's line before a run)."""
+        return f"{about(self.seconds)} with {SOLVER_WORDS.get(self.solver, self.solver)}"
 
 
 def words(phase):
@@ -73,7 +164,15 @@ class Progress:
     the iterations ``expected`` still (the budget's, or fewer where the residual is on course to
     ``physics_tol``: Gauss–Newton stops there)."""
 
-    def __init__(self, max_iters, init="", clock=time.monotonic, physics_tol=sc.PHYSICS_TOL):
+    def __init__(self, max_iters, init="", clock=time.monotonic, physics_tol=sc.PHYSICS_TOL, plan=None):
+        self.plan = plan                            # Plan: the phases' seconds before they start (None: not known)
+        self.scale = 1.0                            # measured over estimated seconds of the phases done so far
+        self.solver = plan.solver if plan is not None else ""   # the linear solve (the child's "setup" says)
+        self.start = None                           # (start name, index, starts) of the race's run that is on
+        self._pre = {}                              # pre-iteration phase -> (began at, estimate, share done or None)
+        self._pre_done = 0.0                        # estimated seconds of the pre-iteration phases done
+        self._iterating = False                     # the first Gauss–Newton iteration has come
+        self._started_at_iteration = 0              # the iteration after which the race's current run began
         self.runs = sc.clip_loop.runs(init)
         self.max_iters = max(int(max_iters), 1) * self.runs
         self.physics_tol = float(physics_tol)
@@ -97,16 +196,25 @@ class Progress:
         relative residual and loss (a loss above the last one starts the next Gauss–Newton run: a run's loss
         never rises); returns the fraction done."""
         now = self.clock()
+        if phase == "gauss_newton" and not self._iterating:
+            self._iterating = True
+            self._measure_first(now)
         if phase != self.phase:
             if self.phase == "fast_projection":
                 self.budget = self.max_iters + min(RACE_ITERATIONS, self.max_iters)
+            if self.plan is not None and (not self._iterating or self._pre):
+                self._pre_step(phase, now)
+                self.fraction = max(self.fraction, self._shown)     # the next phase goes on from what was shown
             self.phase = phase
             self._phase_start, self._first_iteration = (now, self.fraction), None
         self.iteration = int(iteration)
         if self._first_iteration is None and phase in ("fast_projection", "gauss_newton"):
             self._first_iteration = (now, self.iteration)
         lo = self._phase_start[1]
-        if phase == "fast_projection":
+        if phase == "fast_projection" and self.plan is not None:
+            self._pre[phase] = (*self._pre[phase][:2], min(self.iteration / FP_ITERATIONS, 1.0))
+            target = self._pre_fraction(now)
+        elif phase == "fast_projection":
             share = min(self.iteration / FP_ITERATIONS, 1.0)
             target = lo + (max(GUESS_END, lo) - lo) * share
         elif phase == "gauss_newton":
@@ -121,6 +229,8 @@ class Progress:
             target = max(SOLVED, lo)
         elif phase == "gather":
             target = 0.0
+        elif self.plan is not None and not self._iterating:
+            target = max(STARTED, self._pre_fraction(now))
         else:
             target = max(STARTED, lo)
         self.fraction = min(max(self.fraction, target), 1.0)
@@ -128,8 +238,80 @@ class Progress:
         return self.fraction
 
     def take(self, info):
-        """``update`` from a solver callback's dict (phase, iteration, and residual and loss where given)."""
+        """``update`` from a solver callback's dict (phase, iteration, and residual and loss where given), or
+        ``stage`` from a stage's (``solver_core.loop_clip``: the work before the iterations)."""
+        if info.get("stage"):
+            return self.stage(info)
         return self.update(info["phase"], info["iteration"], info.get("residual"), info.get("loss"))
+
+    def stage(self, info):
+        """Record a stage of the solver before (or between) its iterations: "setup" (the linear solve and the
+        problem's exact size: the plan is made again from them), "forward" (``done`` of ``of`` steps of its own
+        simulation) or "start" (a race's run begins: ``name``, ``index`` of ``starts``); returns the fraction
+        done."""
+        now, phase = self.clock(), info["phase"]
+        if phase == "setup":
+            self.solver = info.get("solver", self.solver)
+            if self.plan is not None and "unknowns" in info:
+                self.plan = Plan(info["vertices"], info["steps"], info["unknowns"], self.solver, self.plan.init,
+                                 self.plan.max_iters)
+            return self.update("", self.iteration)
+        if phase == "start":
+            self.start = (info["name"], int(info["index"]), int(info["starts"]))
+            self._started_at_iteration = self.iteration
+            if self._iterating:         # a later run of the race: the iterations' own count goes on
+                return self.fraction
+            return self.update("start", self.iteration)
+        if phase == "forward":
+            if self.phase != "forward":
+                self.update("forward", self.iteration)
+            if self.plan is not None:
+                began, estimate, _ = self._pre["forward"]
+                share = float(info["done"]) / max(float(info["of"]), 1.0)
+                self._pre["forward"] = (began, estimate, share)
+                if share >= 1.0 and estimate > 0:
+                    self._rescale(now - began, estimate)
+            return self.update("forward", self.iteration)
+        return self.update(phase, self.iteration)
+
+    def _estimates(self):
+        """{pre-iteration phase: its estimated seconds} of the plan."""
+        return dict(self.plan.pre)
+
+    def _pre_step(self, phase, now):
+        """The pre-iteration phase before ``phase`` is over; ``phase`` (when it is one) begins."""
+        estimates = self._estimates()
+        if self.phase in self._pre:
+            self._pre_done += estimates.get(self.phase, 0.0)
+            del self._pre[self.phase]
+        if phase in estimates:
+            self._pre[phase] = (now, estimates[phase], None)
+
+    def _rescale(self, seconds, estimate):
+        """Refine the estimates by a phase that took ``seconds`` where ``estimate`` was expected."""
+        self.scale = min(max(seconds / estimate, 0.25), 4.0)
+
+    def _measure_first(self, now):
+        """The first iteration has come: the time since its run's start refines the iterations' estimate."""
+        if self.plan is not None and "start" in self._pre:
+            self._rescale(now - self._pre["start"][0], self._estimates()["start"])
+
+    def _pre_share(self, now):
+        """The share of the pre-iteration work done by ``now`` (estimated seconds done over all of them):
+        a phase with a measure of its work (the simulation's steps, fast projection's iterations) by it, the
+        others by their time against their estimate, at most CREEP of it."""
+        total = self.plan.pre_seconds
+        done = self._pre_done
+        for began, estimate, share in self._pre.values():
+            if share is None:   # by time: towards CREEP of the phase at its estimate, on after it, never to the end
+                share = 1.0 - math.exp(-(now - began) / max(estimate * self.scale, 1e-9) * -math.log(1.0 - CREEP))
+            done += share * estimate
+        return min(done / max(total, 1e-9), 1.0)
+
+    def _pre_fraction(self, now):
+        """Where the bar stands in the pre-iteration phases by ``now``."""
+        end = STARTED + (SOLVED - STARTED) * min(self.plan.pre_seconds / max(self.plan.seconds, 1e-9), PRE_SHARE)
+        return STARTED + (end - STARTED) * self._pre_share(now)
 
     @property
     def expected(self):
@@ -192,6 +374,17 @@ class Progress:
         return (self._last[0] - t0) / (self.iteration - i0) if self.iteration > i0 else None
 
     @property
+    def _planned_pace(self):
+        """Before the iterations of a run have a pace: the plan's seconds per iteration (scaled by what was
+        measured), FIRST_ITERATION of them for a race's run that has just begun; None without a plan."""
+        if self.plan is None or not self._iterating or self.phase != "gauss_newton":
+            return None
+        seconds = self.plan.iteration * self.scale
+        if self.start is not None and self.start[1] > 1 and self._started_at_iteration == self.iteration:
+            seconds *= FIRST_ITERATION.get(self.plan.solver, 1.0)
+        return seconds
+
+    @property
     def shown(self):
         """The fraction the last ``look()`` showed (0 before the first)."""
         return self._shown
@@ -202,7 +395,9 @@ class Progress:
         less than shown before. Within a phase, iterations faster than its pace so far are caught up at that
         pace rather than in a jump: since the last look the bar moves at most one step per ``pace``
         seconds; before writing, at most MAX_MOVE between two looks."""
-        now, pace, (t, fraction) = self.clock(), self.pace, self._last
+        now, pace, (t, fraction) = self.clock(), self.pace or self._planned_pace, self._last
+        if self.plan is not None and not self._iterating and self.phase not in ("gather", "write"):
+            fraction = max(fraction, self._pre_fraction(now))
         if pace:
             fraction += self.step * min((now - t) / pace, 0.9)
             shown_at, phase_start = self._shown_at
@@ -219,11 +414,27 @@ class Progress:
 
     @property
     def seconds_left(self):
-        """Estimated seconds to the iterations ``expected`` while optimizing (None before the pace is known)."""
+        """Estimated seconds to the iterations ``expected`` while optimizing at their pace; before the pace is
+        known, the plan's (scaled by what the phases so far measured), else None."""
         pace = self.pace
-        if self.phase != "gauss_newton" or pace is None:
+        if self.phase == "gauss_newton" and pace is not None:
+            return max(pace * (self.expected - self.iteration) - (self.clock() - self._last[0]), 0.0)
+        if self.plan is None or self.phase == "write":
             return None
-        return max(pace * (self.expected - self.iteration) - (self.clock() - self._last[0]), 0.0)
+        now, plan = self.clock(), self.plan
+        if self._iterating:
+            return max(plan.iteration * self.scale * (self.expected - self.iteration) - (now - self._last[0]), 0.0)
+        pre_left = plan.pre_seconds * (1.0 - self._pre_share(now))
+        return (pre_left + plan.iterations * plan.iteration) * self.scale
+
+    def words(self):
+        """The phase's name, the race's start when it has several ("Starting from the cache (1 of 2)")."""
+        text = words(self.phase)
+        if self.start is not None and self.start[2] > 1 and self.phase in ("start", "gauss_newton"):
+            name, index, starts = self.start
+            text += f" {START_WORDS.get(name, name)} ({index} of {starts})" if self.phase == "start" \
+                else f" ({index} of {starts})"
+        return text
 
     def time_text(self):
         """"1 min 05 s elapsed · about 2 min left" (before the pace is known: "time left: estimating")."""
@@ -238,7 +449,7 @@ class Progress:
 
     def headline(self):
         """"Optimizing 45%" (the percentage of the last look)."""
-        return f"{words(self.phase)} {self.shown:.0%}"
+        return f"{self.words()} {self.shown:.0%}"
 
     def line(self, loss=None):
         """One line for a console (a look): phase, percentage, iteration, loss, elapsed and time left."""

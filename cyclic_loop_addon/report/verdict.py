@@ -5,7 +5,7 @@ advice): words only, the figures come from solver_core. No bpy.
 """
 from ..core import sc
 
-CONVERGED, CONVERGED_WITH_SEAM = sc.result.CONVERGED, sc.result.CONVERGED_WITH_SEAM
+CONVERGED, CONVERGED_WITH_SEAM, CANCELLED = sc.result.CONVERGED, sc.result.CONVERGED_WITH_SEAM, sc.result.CANCELLED
 ITERATION_CAP, NO_PROGRESS = sc.result.ITERATION_CAP, sc.result.NO_PROGRESS
 
 LINE_CHARS = 26     # the width, in characters, of Blender's sidebar at its default size
@@ -69,6 +69,8 @@ def verdict(report):
     elif status == NO_PROGRESS:
         out.append(dict(kind="warn", headline="Not converged: stuck",
                         detail="try another frame range"))
+    elif status == CANCELLED:
+        out.append(dict(kind="warn", headline="Stopped: best so far", detail=f"after {gn} iterations"))
     kept = motion_kept(report)
     figures = report.get("motion") or {}
     driven = figures.get("family", "none") != "none"

@@ -2,7 +2,8 @@
 into the scene's run state), Cancel, Restore Simulation and Physics Defaults.
 
 Everything that touches bpy data runs here on the main thread: gathering before the solve, writing after
-it. Cancel or failure writes nothing. In the modal run the job (solve or crossfade) runs in a child Python
+it. Cancel or failure writes nothing; Cancel with Keep (the panel's "Stop, Keep Best") writes the best loop
+found so far like a finished one. In the modal run the job (solve or crossfade) runs in a child Python
 process (worker.SolveJob, child_solve) so that the solver's numpy / SciPy work does not hold the GIL the
 interface needs, and the timer reads its progress and result: no Python thread runs beside Blender's
 drawing. Without a usable Python it solves on a worker thread (the message says so).
@@ -21,10 +22,13 @@ import bpy
 from ..outputs import files, wind_fields, writeback
 from ..pipeline import stages, scene_reader
 from . import last_run, selection, timeline
+from ..core import sc
 from ..errors import LoopError
 from ..outputs.catalog import PANEL
+from ..pipeline import child_solve
+from ..pipeline.scene_reader import physics_defaults
 from .properties import fill_from_physics
-from ..report.progress import Progress
+from ..report.progress import Plan, Progress
 from ..pipeline.targets import LOOPED, TARGETS, remember, remembered, target_objects
 
 TIMER_SECONDS = 0.1
@@ -47,6 +51,33 @@ def loop_settings(obj, settings, context):
         bake_missing=settings.bake_missing, gravitational_constant=settings.gravitational_constant,
         softening=settings.softening, density=settings.density, gusts=settings.gusts,
         keep_motion=settings.keep_motion)
+
+
+def planned_solver(unknowns, steps, model):
+    """The linear solve a loop of this size will run: the solver's own rule ("auto": ``auto_structured``) for
+    the direct solve the child's Python has (CHOLMOD or SciPy; before the session's probe has said, this
+    Python's)."""
+    has = child_solve.cholmod_known()
+    direct = "cholmod" if (sc.optimize.structured_solve.cholmod is not None if has is None else has) else "scipy"
+    velocity = model == "blender_cloth"
+    return "structured" if sc.optimize.gauss_newton.auto_structured(unknowns, steps, velocity,
+                                                                      direct=direct) else direct
+
+
+def plan(context, obj, settings):
+    """The ``Plan`` of a loop of ``obj`` with its panel settings, from the sizes the scene shows before it
+    is read: vertices (N bodies: the selected objects), frames and sub-steps."""
+    frames = max((settings.frame_end - settings.frame_start) // max(context.scene.frame_step, 1) + 1, 2)
+    if settings.model == "nbody":
+        vertices = max(len(context.selected_objects), 1)
+        substeps = settings.substeps or 1
+    else:
+        vertices = len(obj.data.vertices)
+        substeps = settings.substeps or physics_defaults([obj], settings.model, context.scene).substeps
+    steps = frames * max(substeps, 1)
+    unknowns = 3 * vertices * steps
+    return Plan(vertices, steps, unknowns, planned_solver(unknowns, steps, settings.model), settings.init,
+                settings.max_iters)
 
 
 def output_paths(settings):
@@ -94,8 +125,14 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         if _job is not None or _starting:
             self.report({"WARNING"}, "A loop is already being made; wait for it or cancel it")
             return {"CANCELLED"}
-        settings = context.active_object.cyclic_loop_settings
-        run, self._progress, self._writing = context.scene.cyclic_loop_run, Progress(settings.max_iters, settings.init), False
+        obj = context.active_object
+        settings = obj.cyclic_loop_settings
+        if not settings.initialized:
+            fill_from_physics(settings, obj, context.scene)
+        estimate = plan(context, obj, settings) if settings.method == "physical" else None
+        run, self._writing = context.scene.cyclic_loop_run, False
+        self._progress = Progress(settings.max_iters, settings.init, plan=estimate)
+        run.solver_text = estimate.solver if estimate is not None else ""
         run.running, run.phase, run.progress, run.percent, run.message = True, "gather", 0.0, 0, ""
         run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
         context.workspace.status_text_set(STATUS_HINT)
@@ -115,7 +152,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
     def modal(self, context, event):
         global _starting
         if event.type == "ESC" and event.value == "PRESS" and _job is not None:
-            _job.cancel()
+            _job.cancel()       # Esc discards; the panel's Stop and Keep keeps the best loop so far
             context.scene.cyclic_loop_run.message = "Cancelling..."
             return {"RUNNING_MODAL"}
         if event.type == "TIMER" and _starting:
@@ -179,6 +216,13 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         self._method, self._set_range, self._shown = settings.method, settings.set_scene_range, None
         if not hasattr(self, "_progress"):     # execute: no gather phase shown
             self._progress = Progress(settings.max_iters, settings.init)
+        problem = _job.gathered.problem
+        if self._progress.plan is not None:    # the exact size, now that the scene is read
+            unknowns = int(problem.free_mask().sum())
+            self._progress.plan = Plan(problem.model.n_vertices, problem.n_steps, unknowns,
+                                       planned_solver(unknowns, problem.n_steps, _job.gathered.model_name),
+                                       settings.init, settings.max_iters)
+            self._progress.solver = run.solver_text = self._progress.plan.solver
         self._progress.update("")
         run.running, run.phase, run.iteration, run.loss, run.progress = True, "", 0, 0.0, self._progress.look()
         run.percent = round(100 * run.progress)
@@ -192,8 +236,10 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         if _job.notes and not run.message:
             run.message = "Note: " + "; ".join(_job.notes)
         for info in _job.progress():
-            run.iteration, run.loss = info["iteration"], info["loss"]
+            if not info.get("stage"):
+                run.iteration, run.loss = info["iteration"], info["loss"]
             self._progress.take(info)
+        run.solver_text = self._progress.solver
         run.phase, run.progress = self._progress.phase, self._progress.look()     # one look per refresh
         run.status_text, run.time_text = self._progress.headline(), self._progress.time_text()
         run.percent = round(100 * run.progress)
@@ -225,6 +271,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             run.message = "Cancelled: the scene is unchanged"
             self.report({"INFO"}, run.message)
             return {"CANCELLED"}
+        run.stopped = job.stopped
         mesh = job.gathered.kind == "mesh"
         paths = self._paths if mesh else {}     # N bodies are always written as location keys
         try:
@@ -244,6 +291,8 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         written = os.path.basename(next(iter(paths.values()))[0]) if paths else ("shape keys" if mesh else
                                                                                  "location keys")
         run.progress, run.message = 1.0, f"Loop written as {written}"
+        if job.stopped:
+            run.message = f"Stopped: the best loop so far written as {written}"
         last_run.record(context, run, job.gathered, job.q, rep, self._set_range)
         self.report({"INFO"}, f"Seam jump {run.seam_before:.3g} -> {run.seam_after:.3g}, residual "
                               f"{run.residual:.3g}, {run.seconds:.1f} s ({run.init_used})")
@@ -251,18 +300,28 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
 
 
 class CYCLICLOOP_OT_cancel(bpy.types.Operator):
-    """Stop the running solve; the scene stays as it was"""
+    """Stop the running solve; the scene stays as it was, or with Keep the best loop found so far is
+    written like a finished one"""
 
     bl_idname = "cyclic_loop.cancel"
     bl_label = "Cancel Loop"
+
+    keep: bpy.props.BoolProperty(name="Keep Best", default=False,
+                                 description="Write the best loop found so far (its verdict says it was stopped)")
+
+    @classmethod
+    def description(cls, context, properties):
+        return ("Stop now and write the best loop found so far, like a finished one" if properties.keep
+                else "Stop the solve; the scene stays as it was")
 
     @classmethod
     def poll(cls, context):
         return _job is not None
 
     def execute(self, context):
-        _job.cancel()
-        context.scene.cyclic_loop_run.message = "Cancelling..."
+        keep = self.keep and _job.iterations > 0
+        _job.stop(keep=keep)
+        context.scene.cyclic_loop_run.message = "Stopping: keeping the best loop so far..." if keep else "Cancelling..."
         return {"FINISHED"}
 
 
@@ -318,6 +377,17 @@ def _reset_after_load(_dummy):
         scene.cyclic_loop_run.running = False
 
 
+@bpy.app.handlers.persistent
+def _after_undo(scene, *_args):
+    """Undo and Redo bring back the run state of another moment: its message ("Cancelled", "Not written")
+    told of what happened then, not of the scene now, so it goes (the last run's report stays with the
+    loop it describes)."""
+    for each in bpy.data.scenes:
+        run = each.cyclic_loop_run
+        if not run.running and run.message:
+            run.message = ""
+
+
 CLASSES = (CYCLICLOOP_OT_make_loop, CYCLICLOOP_OT_cancel, CYCLICLOOP_OT_restore, CYCLICLOOP_OT_physics_defaults)
 
 
@@ -326,6 +396,8 @@ def register():
     for cls in CLASSES:
         bpy.utils.register_class(cls)
     bpy.app.handlers.load_post.append(_reset_after_load)
+    bpy.app.handlers.undo_post.append(_after_undo)
+    bpy.app.handlers.redo_post.append(_after_undo)
 
 
 def unregister():
@@ -334,5 +406,7 @@ def unregister():
         _job.cancel()
         _job = None
     bpy.app.handlers.load_post.remove(_reset_after_load)
+    bpy.app.handlers.undo_post.remove(_after_undo)
+    bpy.app.handlers.redo_post.remove(_after_undo)
     for cls in reversed(CLASSES):
         bpy.utils.unregister_class(cls)

@@ -21,6 +21,15 @@ def substeps_of(preset, default):
     return default if value is None else value
 
 
+def active(obj, settings, scene):
+    """The preset ("preview" or "final") whose iterations and sub-steps ``settings`` have, or None."""
+    default = physics_defaults([obj], settings.model, scene).substeps
+    for key, preset in PRESETS.items():
+        if settings.max_iters == preset["iterations"] and settings.substeps == substeps_of(key, default):
+            return key
+    return None
+
+
 class CYCLICLOOP_OT_preset(bpy.types.Operator):
     """Set the iterations and sub-steps of a quick preview or of the final loop"""
 

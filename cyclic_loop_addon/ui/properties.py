@@ -96,6 +96,9 @@ class CyclicLoopRun(bpy.types.PropertyGroup):
     loop_step: IntProperty(default=1)
     range_before: IntVectorProperty(size=2, default=(0, 0), description="The scene range before the loop set it")
     range_set: BoolProperty(default=False)
+    solver_text: StringProperty(default="", description="The linear solve of the running loop (cholmod, scipy, "
+                                "structured)")
+    stopped: BoolProperty(default=False, description="The last loop was stopped early: the best found so far")
 
 
 def fill_from_physics(settings, obj, scene):

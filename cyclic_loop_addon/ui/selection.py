@@ -24,12 +24,22 @@ def problem(context):
     if mod is None and obj.cyclic_loop_settings.model != "nbody" and not several:
         if any(m.type == "COLLISION" for m in obj.modifiers):
             return f"{obj.name} is a collider: select the cloth or soft body that hits it"
+        bodies = _animated_meshes(context.scene)
+        if obj in bodies and len(bodies) > 1:
+            return (f"{obj.name} is one of {len(bodies)} moving bodies: select all of them (A) to loop them "
+                    "together as N bodies")
         return f"{obj.name} has no Cloth or Soft Body to loop: add one and bake it, or select the simulated mesh"
     if obj.get(MARKER) is not None:
         return f"{obj.name} loops already: Restore Simulation (Last Run) to make it again"
     if mod is not None and not mod.show_viewport:
         return f"the {mod.name} of {obj.name} is off in the viewport: turn it on"
     return None
+
+
+def _animated_meshes(scene):
+    """The scene's meshes without physics whose motion is keyed: the bodies an N-body loop is made of."""
+    return [ob for ob in scene.objects if ob.type == "MESH" and physics_modifier(ob) is None
+            and ob.animation_data is not None and ob.animation_data.action is not None]
 
 
 def prepare(context):

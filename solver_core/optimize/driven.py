@@ -23,7 +23,7 @@ import scipy.sparse as sp
 from ..metrics import relative_residual, rms_speed, seamless
 from ..physics.residual import ResidualJacobian, inertia_metric, penalty_terms, residual_steps
 from ..result import CANCELLED, Result, halts
-from .linsolve import NotPositiveDefinite, make_backend
+from .linsolve import NotPositiveDefinite, cholmod, make_backend
 
 
 def periodic_second_difference(n):
@@ -196,6 +196,14 @@ class DrivenLoss:
         return np.r_[inertia_metric(self.prob), np.full(self.n_theta, self.prob.h * self.scale ** 2)]
 
 
+def linear_solver(backend="auto"):
+    """The direct solve the driven solve factors with for ``backend``: "cholmod" when CHOLMOD is installed and
+    asked for ("auto" and "structured" included: the driven solve has no structured route), else "scipy"."""
+    if backend in ("auto", "structured"):
+        return "cholmod" if cholmod is not None else "scipy"
+    return backend if isinstance(backend, str) else getattr(backend, "name", type(backend).__name__)
+
+
 def _system(parts):
     """(H = J^T J of the sparse blocks, gradient, the dense speed row or None, its residual)."""
     sparse = [(r, J) for name, (r, J) in parts.items() if name != "speed"]
@@ -226,7 +234,7 @@ def solve(loss, x0, clip_speed, max_iters, tol, physics_tol, callback=None, back
         damping, residual, speed), seconds, backend (the linear solver's name).
     """
     prob, motion = loss.prob, loss.motion
-    solver = make_backend("auto" if backend in ("auto", "structured") else backend)
+    solver = make_backend(linear_solver(backend) if isinstance(backend, str) else backend)
     solver.bind(prob)
     t0 = time.perf_counter()
     x = np.asarray(x0, dtype=float).copy()

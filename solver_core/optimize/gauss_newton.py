@@ -13,7 +13,7 @@ from ..metrics import relative_residual, within_tolerance
 from ..options import DEFAULTS
 from ..physics.residual import inertia_metric, loss, residual_steps
 from ..result import CANCELLED, CONVERGED, ITERATION_CAP, NO_PROGRESS, Result, halts
-from .structured_solve import supports
+from .structured_solve import cholmod, supports
 
 # Gauss–Newton's stop reasons as result status codes
 STATUS = dict(tol=CONVERGED, step_tol=CONVERGED, physics_tol=CONVERGED, max_iters=ITERATION_CAP,
@@ -29,24 +29,40 @@ def factor_nonzeros(n_unknowns, n_steps, options=DEFAULTS):
     return options.linear_solve.factor_fill * n_unknowns * (n_unknowns / max(n_steps, 1))
 
 
-def auto_structured(n_unknowns, n_steps, velocity_terms=False, options=DEFAULTS):
-    """Whether "auto" takes the structured solve for a loop of this size: where the direct solve's factor
-    is estimated above ``auto_direct_max_factor_nonzeros`` (with velocity terms, Blender cloth: from
-    ``auto_structured_min_unknowns_velocity`` unknowns on; ``options.linear_solve``)."""
+def auto_structured(n_unknowns, n_steps, velocity_terms=False, options=DEFAULTS, direct="cholmod"):
+    """Whether "auto" takes the structured solve for a loop of this size: where the ``direct`` solve's factor
+    is estimated above its cap (``auto_direct_max_factor_nonzeros`` for CHOLMOD, the lower
+    ``auto_direct_max_factor_nonzeros_scipy`` for SciPy's LU, which is slower per nonzero:
+    benchmarks/results/panel_estimates.md), and with velocity terms (Blender cloth) also from
+    ``auto_structured_min_unknowns_velocity`` unknowns on (``options.linear_solve``). A wide mesh over few frames
+    thus never factorizes what a longer loop of it would not."""
     linear = options.linear_solve
+    cap = linear.auto_direct_max_factor_nonzeros if direct == "cholmod" else linear.auto_direct_max_factor_nonzeros_scipy
+    large = factor_nonzeros(n_unknowns, n_steps, options) > cap
     if velocity_terms:
-        return n_unknowns >= linear.auto_structured_min_unknowns_velocity
-    return factor_nonzeros(n_unknowns, n_steps, options) > linear.auto_direct_max_factor_nonzeros
+        return large or n_unknowns >= linear.auto_structured_min_unknowns_velocity
+    return large
 
 
 def choose_backend(prob, name="auto", options=DEFAULTS):
     """The one place that picks a backend: what "auto" means for ``prob``: "structured" where it applies
-    and the direct solve's factor would be large (``auto_structured`` with ``options``), else the direct
-    solve ("auto" of ``make_backend``). Other names pass through."""
+    and the direct solve's factor would be large (``auto_structured`` with ``options``, for the direct solve
+    this Python has: CHOLMOD or SciPy), else the direct solve ("auto" of ``make_backend``). Other names pass
+    through."""
+    direct = "cholmod" if cholmod is not None else "scipy"
     if name == "auto" and supports(prob) is None and auto_structured(
-            int(prob.free_mask().sum()), prob.n_steps, prob.model.velocity_terms, options):
+            int(prob.free_mask().sum()), prob.n_steps, prob.model.velocity_terms, options, direct):
         return "structured"
     return name
+
+
+def solver_route(prob, name="auto", options=DEFAULTS):
+    """The linear solve ``name`` runs on ``prob`` in this Python: "structured", "cholmod" or "scipy" (the
+    names of ``choose_backend`` with "auto"'s direct solve resolved; another backend object: its name)."""
+    name = choose_backend(prob, name, options)
+    if name == "auto":
+        return "cholmod" if cholmod is not None else "scipy"
+    return name if isinstance(name, str) else getattr(name, "name", type(name).__name__)
 
 
 def model_decrease(g, d, apply_h):

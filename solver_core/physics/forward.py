@@ -379,7 +379,7 @@ class _ImplicitStep:
         return spla.splu(normal + sp.diags(1e-3 * factor * normal.diagonal(), format="csc")).solve(-(S.T @ r))
 
 
-def simulate(prob, n_states=None, controls=None, keep_factors=False):
+def simulate(prob, n_states=None, controls=None, keep_factors=False, progress=None):
     """Forward simulation on the solver grid from (r0, r1), pins on their paths.
 
     Parameters
@@ -393,6 +393,8 @@ def simulate(prob, n_states=None, controls=None, keep_factors=False):
     keep_factors : bool
         Also return the trajectory's ``Linearization`` (for tangent-linear and adjoint sweeps; the
         linearized scheme's step factorizations are reused).
+    progress : callable, optional
+        ``progress(done, total)`` after each step: the steps simulated and to simulate.
 
     Returns
     -------
@@ -429,6 +431,8 @@ def simulate(prob, n_states=None, controls=None, keep_factors=False):
                     factors.append(lu)
             if not np.all(np.isfinite(q[j + 1])):
                 raise SimulationFailed(f"the simulation blew up at step {j + 1}")
+            if progress is not None:
+                progress(j, n_states - 2)
     if not keep_factors:
         return q
     return q, Linearization(prob, q, factors)
