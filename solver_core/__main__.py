@@ -61,7 +61,6 @@ def _quit_with_parent():
     threading.Thread(target=watch, name="solver-parent-watch", daemon=True).start()
 
 
-
 def _check_output(problem, output):
     """Refuse an output that is the problem file or cannot be written, before any work."""
     if not os.path.isfile(problem):
