@@ -245,9 +245,24 @@ def _simple_driver(id_data, data_path, expression):
 
 
 def wrap_cache_file(cache_file, frame_start, frame_step, n_frames):
-    """Play an Alembic cache file as a loop: its frame is overridden by a driver that maps every scene frame
-    into the first period ``[A, A + P)`` (see ``wrap_expression``), so frame A + k * P + t reads the sample
-    of A + t."""
+    """Play an Alembic cache file as a loop.
+
+    Its frame is overridden and driven by a simple expression that maps every scene frame into the first
+    period ``[A, A + P)`` (see ``wrap_expression``), so scene frame A + k * P + t reads frame A + t of the
+    file for every whole k.
+
+    Parameters
+    ----------
+    cache_file : bpy.types.CacheFile
+        The cache file of an imported Alembic loop.
+    frame_start, frame_step, n_frames : int
+        The loop it holds: A, S and N (P = N * S).
+
+    Returns
+    -------
+    bpy.types.Driver
+        The driver of ``cache_file.frame``.
+    """
     cache_file.override_frame = True
     return _simple_driver(cache_file, "frame", wrap_expression(frame_start, frame_step, n_frames, samples=False))
 
