@@ -7,6 +7,7 @@ makes a loop; the headless ``blender -b ... --python cyclic_loop_addon/bake.py``
 Skipped elsewhere (the bpy module has no executable).
 """
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -138,7 +139,7 @@ def test_pc2_export_with_mesh_cache_modifier(legacy_addon, flag_blend, tmp_path)
     assert scene.cyclic_loop_run.message == "Loop written as flag_loop.pc2"
     points, start, rate = export.read_pc2(str(tmp_path / "flag_loop.pc2"))
     n_frames = settings.frame_end - settings.frame_start + 1
-    assert points.shape == (n_frames, len(obj.data.vertices), 3) and (start, rate) == (0.0, 1.0)
+    assert points.shape == (n_frames, len(obj.data.vertices), 3) and (start, rate) == (settings.frame_start, 1.0)
     assert [(m.type, m.show_viewport) for m in obj.modifiers] == [("MESH_CACHE", True), ("CLOTH", False)]
     assert obj.modifiers[0].filepath == str(tmp_path / "flag_loop.pc2")
     for frame, k in ((settings.frame_start, 0), (settings.frame_start + 5, 5), (settings.frame_end + 1, 0)):
@@ -148,6 +149,59 @@ def test_pc2_export_with_mesh_cache_modifier(legacy_addon, flag_blend, tmp_path)
         assert max(abs(a - b) for v, p in zip(co, points[k]) for a, b in zip(v, p)) < 1e-5, (frame, k)
     assert bpy.ops.cyclic_loop.restore() == {"FINISHED"}
     assert [(m.type, m.show_viewport) for m in obj.modifiers] == [("CLOTH", True)]
+
+
+PLAYS_THE_PC2 = """
+import json, struct, bpy
+with open({pc2!r}, "rb") as f:
+    _, _, points, start, rate, samples = struct.unpack("<12siiffi", f.read(32))
+    data = struct.unpack("<%df" % (points * samples * 3), f.read())
+step, n = int(rate), samples
+period = n * step
+sample = lambda j: [data[3 * (j * points + i):3 * (j * points + i) + 3] for i in range(points)]
+obj, worst = bpy.data.objects["Flag"], 0.0
+for k in range(-period, 2 * period + 1):
+    j, r = divmod(k % period, step)
+    t = r / step if j + 1 < n else 0.0           # sample N - 1 held until the wrap
+    bpy.context.scene.frame_set(int(start) + k)
+    mesh = obj.evaluated_get(bpy.context.evaluated_depsgraph_get()).data
+    worst = max([worst] + [abs(c - ((1 - t) * a + t * b)) for v, p, q in zip(mesh.vertices, sample(j),
+                 sample(min(j + 1, n - 1))) for c, a, b in zip(v.co, p, q)])
+control = obj.evaluated_get(bpy.context.evaluated_depsgraph_get())["control"]
+print("PLAYED " + json.dumps(dict(start=start, rate=rate, samples=n, worst=worst, frame=bpy.context.scene.frame_current,
+                                  control=control, autoexec_fail=bpy.app.autoexec_fail)))
+"""
+
+
+def test_pc2_loop_plays_past_the_period_with_auto_run_scripts_off(flag_blend, tmp_path):
+    """bake.py --pc2 --output on frames 49-60 with a scene frame step of 2: the PC2 header says start frame 49,
+    sample rate 2, and the saved scene, opened with --disable-autoexec, plays it through its Mesh Cache modifier
+    at every scene frame from one period before 49 to two after, wrapping: its driver is a simple expression,
+    evaluated without Python, while a Python driver in the same file is blocked."""
+    bpy.ops.wm.open_mainfile(filepath=flag_blend)
+    bpy.context.scene.frame_step = 2
+    step2 = tmp_path / "step2.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(step2), copy=True)
+    pc2, out = tmp_path / "loop.pc2", tmp_path / "loop.blend"
+    proc = blender_run(str(step2), "--python", BAKE, "--", *QUICK, "--pc2", str(pc2), "--output", str(out))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    bpy.ops.wm.open_mainfile(filepath=str(out))
+    flag = bpy.data.objects["Flag"]
+    assert flag.animation_data.drivers[0].driver.is_simple_expression
+    flag["control"] = 1.0
+    control = flag.driver_add('["control"]').driver
+    control.type, control.expression = "SCRIPTED", "__import__('math').floor(frame) * 2"   # only through Python
+    assert not control.is_simple_expression
+    controlled = tmp_path / "controlled.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(controlled), copy=True)
+    script = tmp_path / "plays.py"
+    script.write_text(PLAYS_THE_PC2.format(pc2=str(pc2)))
+    proc = blender_run("--disable-autoexec", str(controlled), "--python", str(script))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    played = json.loads(proc.stdout.split("PLAYED ")[1].splitlines()[0])
+    assert (played["start"], played["rate"], played["samples"]) == (49, 2, 6)
+    assert played["worst"] < 1e-5 and played["frame"] == 49 + 2 * 12
+    assert played["control"] == 0.0 and played["autoexec_fail"]                # Python drivers were off
 
 
 def test_headless_bake(flag_blend, tmp_path):

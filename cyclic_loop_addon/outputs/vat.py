@@ -12,6 +12,11 @@ Layout: one column per vertex (wrapped onto ``rows_per_frame`` rows when there a
 ``MAX_WIDTH``), one block of rows per frame, frame 0 at the top of the picture. Exactly the N distinct
 frames of the loop: a player wraps from frame N - 1 back to frame 0. Offsets and normals are in the
 object's space (Blender: Z up); the glTF mesh is Y up, so an engine reads offset (x, y, z) as (x, z, -y).
+
+Width and height are powers of two (unused columns and the rows below the last frame are padding) and the
+width is at most 1,024: every texel centre of frame 0, (2 i + 1) / 2^(k + 1) with i < 1,024, then has at
+most 11 significant bits, so it is exact in a half float. Engines that store UV2 as half floats (Godot 3's
+default mesh compression) keep ``VAT_UV`` exactly, and every vertex addresses its own texel.
 """
 import json
 import os
@@ -22,34 +27,74 @@ from . import export, gltf, images, writeback
 from ..errors import LoopInputError
 from .files import atomic_path, check_writable
 
-MAX_WIDTH = 8192
+MAX_WIDTH = 1024                # texel centres exact in half floats up to 1,024 columns and rows per frame
+MAX_SIZE = 16384                # the largest texture side engines and GPUs commonly load
 UV_NAME = "VAT_UV"
 
 
+def _power_of_two(n):
+    """The smallest power of two >= n (n >= 1)."""
+    return 1 << (int(n) - 1).bit_length()
+
+
 def layout(n_vertices, n_frames, max_width=MAX_WIDTH):
-    """(width, rows_per_frame, height) of the textures."""
-    width = min(n_vertices, max_width)
+    """Texture layout of a VAT.
+
+    Parameters
+    ----------
+    n_vertices, n_frames : int
+        Vertices per frame and frames of the loop.
+    max_width : int
+        Most columns, a power of two.
+
+    Returns
+    -------
+    (width, rows_per_frame, height) : tuple of int
+        Width and height are powers of two; frame f uses rows ``f * rows_per_frame`` to
+        ``(f + 1) * rows_per_frame - 1`` and the rows from ``n_frames * rows_per_frame`` on are padding.
+
+    Raises
+    ------
+    LoopInputError
+        When a frame needs more than ``max_width`` rows (its texel centres would not be exact in half
+        floats) or the texture would be taller than ``MAX_SIZE``.
+    """
+    if n_vertices < 1 or n_frames < 1:
+        raise LoopInputError(f"a VAT needs vertices and frames, got {n_vertices} vertices and {n_frames} frames")
+    if max_width & (max_width - 1):
+        raise ValueError(f"max_width must be a power of two, got {max_width}")
+    width = min(_power_of_two(n_vertices), max_width)
     rows = -(-n_vertices // width)
-    return width, rows, n_frames * rows
+    if rows > max_width:
+        raise LoopInputError(f"a VAT addresses at most {max_width * max_width:,} vertices exactly in half-float "
+                             f"UVs; the mesh has {n_vertices:,}")
+    height = _power_of_two(n_frames * rows)
+    if height > MAX_SIZE:
+        raise LoopInputError(f"the VAT would be {height:,} texels tall ({n_frames} frames of {rows} rows), more "
+                             f"than the {MAX_SIZE:,} engines load: loop fewer frames or a coarser mesh")
+    return width, rows, height
 
 
 def encode(values, max_width=MAX_WIDTH):
-    """(N, n, 3) per-frame vertex vectors -> (H, W, 4) RGBA image rows (top first), alpha 1 where used."""
+    """(N, n, 3) per-frame vertex vectors -> (H, W, 4) RGBA image rows (top first), alpha 1 where used and 0
+    in the padding."""
     n_frames, n = values.shape[:2]
     width, rows, height = layout(n, n_frames, max_width)
-    image = np.zeros((n_frames, rows * width, 4), dtype=np.float32)
-    image[:, :n, :3] = values
-    image[:, :n, 3] = 1.0
-    return image.reshape(height, width, 4)
+    image = np.zeros((height, width, 4), dtype=np.float32)
+    frames = image[:n_frames * rows].reshape(n_frames, rows * width, 4)
+    frames[:, :n, :3] = values
+    frames[:, :n, 3] = 1.0
+    return image
 
 
 def decode(image, n_vertices, n_frames):
     """Inverse of ``encode``: (H, W, 4) -> (N, n, 3)."""
-    return image.reshape(n_frames, -1, 4)[:, :n_vertices, :3]
+    rows = -(-n_vertices // image.shape[1])
+    return image[:n_frames * rows].reshape(n_frames, -1, 4)[:, :n_vertices, :3]
 
 
 def texel_uv(n_vertices, n_frames, max_width=MAX_WIDTH):
-    """(n, 2) Blender UVs (v up) of each vertex's frame-0 texel centre."""
+    """(n, 2) Blender UVs (v up) of each vertex's frame-0 texel centre, exact in half floats (see module)."""
     width, _, height = layout(n_vertices, n_frames, max_width)
     i = np.arange(n_vertices)
     return np.column_stack([(i % width + 0.5) / width, 1.0 - (i // width + 0.5) / height])
@@ -112,17 +157,17 @@ def export_vat(gathered, q, folder, context=None):
         raise LoopInputError("a vertex animation texture holds mesh vertices; N bodies are written as location keys")
     folder = os.path.abspath(folder)
     check_writable(probe_path(folder), "VAT folder")
+    local = writeback.local_loop(gathered, q)
+    n_frames, n = local.shape[:2]
+    width, rows, height = layout(n, n_frames)           # refuses a texture too large before writing anything
     if not os.path.isdir(folder):
         os.mkdir(folder)
-    local = writeback.local_loop(gathered, q)
     with export.temporary_copy(gathered, context, "_vat") as (temp, source):
         rest = np.empty(len(temp.data.vertices) * 3)
         temp.data.vertices.foreach_get("co", rest)
         rest = rest.reshape(-1, 3)
         corners = mesh_corners(temp.data)
         name = safe_name(source.name)
-        n_frames, n = local.shape[:2]
-        width, rows, height = layout(n, n_frames)
         textures = encoded_textures(local, rest, *corners)
         for (kind, ext), (image, _, _) in textures.items():
             images.write_image(os.path.join(folder, f"{name}_{kind}{ext}"), image, "VAT texture")
@@ -139,10 +184,11 @@ def export_vat(gathered, q, folder, context=None):
         extras = gltf.loop_extras(gathered, temp.users_scene[0])
     pos_png = textures[("pos", ".png")]
     info = {
-        "format": "cyclic-loop-vat", "version": 1, "name": name,
+        "format": "cyclic-loop-vat", "version": 2, "name": name,
         **extras, "frame_start": gathered.frame_start, "frame_step": gathered.frame_step,
         "vertex_count": n, "texture_size": [width, height], "rows_per_frame": rows,
-        "layout": "vertex i at column i % width, row frame * rows_per_frame + i // width; row 0 at the top",
+        "layout": "vertex i at column i % width, row frame * rows_per_frame + i // width; row 0 at the top; "
+                  "rows from frame_count * rows_per_frame on are padding",
         "space": "object", "up_axis": "Z", "mesh": os.path.basename(mesh_path), "uv_map": UV_NAME,
         "uv_set": uv_set,
         "bounds": {"min": pos_png[1].tolist(), "max": pos_png[2].tolist()},

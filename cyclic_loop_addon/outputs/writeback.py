@@ -206,11 +206,77 @@ def write_shape_keys(gathered, q):
     return obj
 
 
+def wrap_expression(frame_start, frame_step, n_frames, samples=True):
+    """Driver expression of a loop's cyclic time: scene frame -> sample index or scene frame in the first period.
+
+    Parameters
+    ----------
+    frame_start, frame_step, n_frames : int
+        The loop: sample j is scene frame ``frame_start + j * frame_step``; the period lasts
+        ``n_frames * frame_step`` scene frames.
+    samples : bool
+        True: the sample index in [0, n_frames) (the Mesh Cache modifier's ``eval_frame`` in Frame mode);
+        False: the scene frame in [frame_start, frame_start + period) (a cache file's ``frame``).
+
+    Returns
+    -------
+    str
+        A simple expression (only ``frame``, arithmetic and ``floor``): Blender evaluates it without
+        Python, so it plays with Auto Run Python Scripts off.
+    """
+    a, s, p = int(frame_start), int(frame_step), int(n_frames) * int(frame_step)
+    if s < 1 or p < 1:
+        raise LoopInputError(f"a loop needs a frame step and frame count of at least 1, got {frame_step}, {n_frames}")
+    if samples:
+        return f"(frame - {a}) / {s} - {int(n_frames)} * floor((frame - {a}) / {p})"
+    return f"frame - {p} * floor((frame - {a}) / {p})"
+
+
+def _simple_driver(id_data, data_path, expression):
+    """Drive ``id_data``'s ``data_path`` by ``expression``; refuse one Blender would run through Python."""
+    id_data.driver_remove(data_path)
+    driver = id_data.driver_add(data_path).driver
+    driver.type = "SCRIPTED"
+    driver.expression = expression
+    if not driver.is_simple_expression:
+        raise LoopSolveError(f"the driver expression {expression!r} needs Python; it would not play with "
+                             "Auto Run Python Scripts off")
+    return driver
+
+
+def wrap_cache_file(cache_file, frame_start, frame_step, n_frames):
+    """Play an Alembic cache file as a loop.
+
+    Its frame is overridden and driven by a simple expression that maps every scene frame into the first
+    period ``[A, A + P)`` (see ``wrap_expression``), so scene frame A + k * P + t reads frame A + t of the
+    file for every whole k.
+
+    Parameters
+    ----------
+    cache_file : bpy.types.CacheFile
+        The cache file of an imported Alembic loop.
+    frame_start, frame_step, n_frames : int
+        The loop it holds: A, S and N (P = N * S).
+
+    Returns
+    -------
+    bpy.types.Driver
+        The driver of ``cache_file.frame``.
+    """
+    cache_file.override_frame = True
+    return _simple_driver(cache_file, "frame", wrap_expression(frame_start, frame_step, n_frames, samples=False))
+
+
 def attach_mesh_cache(gathered, filepath):
     """Play a PC2 file (written by ``export.export_pc2``) on the object through a looping Mesh Cache modifier.
 
-    The modifier takes the physics modifier's place in the stack, which is disabled; its frame is driven
-    by the simple (Python-free) expression ``frame - A - P * floor((frame - A) / P)``.
+    The modifier takes the physics modifier's place in the stack, which is disabled. In Frame mode the
+    modifier reads ``eval_frame`` as a sample index (the PC2 header's start frame and sample rate do not
+    enter), so ``eval_frame`` is driven by the simple expression ``(frame - A) / S - N * floor((frame - A) /
+    P)``: scene frame A + j * S reads sample j, and every period after (and before) plays the same. Blender
+    evaluates a simple expression without Python, so the loop plays with Auto Run Python Scripts off.
+    Between sample N - 1 and the wrap (S > 1 only) the modifier holds sample N - 1: it does not
+    interpolate past the last sample of a file.
     """
     obj = _object(gathered.object_names[0])
     if obj.type != "MESH" or len(obj.data.vertices) != gathered.n_written:
@@ -226,10 +292,8 @@ def attach_mesh_cache(gathered, filepath):
     if physics is not None:
         compat.move_modifier(obj, mod, list(obj.modifiers).index(physics))
         physics.show_viewport = physics.show_render = False
-    driver = mod.driver_add("eval_frame").driver
-    driver.type = "SCRIPTED"
-    a, p = gathered.frame_start, gathered.period
-    driver.expression = f"frame - {a} - {p} * floor((frame - {a}) / {p})"
+    _simple_driver(obj, f'modifiers["{CACHE_MODIFIER}"].eval_frame',
+                   wrap_expression(gathered.frame_start, gathered.frame_step, gathered.n_frames))
     marker = obj.get(MARKER)
     obj[MARKER] = dict(marker.to_dict() if marker else dict(
         kind="mesh", modifier=gathered.physics_modifier, frame_start=gathered.frame_start,
