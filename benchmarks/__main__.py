@@ -23,6 +23,7 @@ BENCHMARKS = {
     "flag_model_fit": "bpy module",
     "assembly": "bpy module",
     "motion": "bpy module to gather",
+    "glb_sizes": "bpy module",
 }
 
 

@@ -18,7 +18,7 @@ import os
 
 import bpy
 
-from ..outputs import files, writeback
+from ..outputs import files, gltf, writeback
 from ..pipeline import stages, scene_reader
 from . import last_run, selection, timeline
 from ..errors import LoopError
@@ -163,6 +163,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         if not settings.initialized:
             fill_from_physics(settings, obj, context.scene)
         self._paths = output_paths(settings)
+        self._glb = {"shading": settings.glb_shading, "storage": settings.glb_storage}
         try:
             _job = stages.prepare(loop_settings(obj, settings, context), self._paths, context, settings.method,
                                     python)
@@ -224,7 +225,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         paths = self._paths if mesh else {}     # N bodies are always written as location keys
         try:
             objects = target_objects(context.scene, job.gathered)
-            stages.finish(job, paths, keys=not paths, attach=True, context=context)
+            stages.finish(job, paths, keys=not paths, attach=True, context=context, glb=self._glb)
         except LoopError as exc:
             run.message = f"Not written: {exc}"
             self.report({"ERROR"}, run.message)
@@ -240,6 +241,8 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
                                                                                  "location keys")
         run.progress, run.message = 1.0, f"Loop written as {written}"
         last_run.record(context, run, job.gathered, job.q, rep, self._set_range)
+        if "glb" in rep:
+            self.report({"INFO"}, gltf.size_line(rep["glb"]))
         self.report({"INFO"}, f"Seam jump {run.seam_before:.3g} -> {run.seam_after:.3g}, residual "
                               f"{run.residual:.3g}, {run.seconds:.1f} s ({run.init_used})")
         return {"FINISHED"}
