@@ -112,7 +112,8 @@ def export_gltf(gathered, q, path, context=None, shading=DEFAULTS["shading"], st
     Returns
     -------
     dict
-        ``path`` and the figures of ``glb_loop.rewrite`` and ``glb_loop.size_report`` (the GLB's bytes).
+        ``path`` and the figures of ``glb_loop.rewrite`` and ``glb_loop.size_report`` (the bytes of the file
+        written: a .gltf holds the binary chunk as base64).
     """
     if gathered.kind != "mesh":
         raise LoopInputError("glTF export is for meshes; N bodies are written as location keyframes")
@@ -139,10 +140,10 @@ def export_gltf(gathered, q, path, context=None, shading=DEFAULTS["shading"], st
                 os.remove(blender_glb)
     loop = {"name": gathered.object_names[0], "frame_count": extras["frame_count"], "fps": extras["fps"]}
     glb, figures = glb_loop.rewrite(data, loop, storage=options["storage"], normals=not without_normals)
+    written = glb if path.lower().endswith(".glb") else _gltf_embedded(*glb_loop.read_glb(glb))
     with atomic_path(path, "glTF file") as tmp, open(tmp, "wb") as f:
-        f.write(glb if path.lower().endswith(".glb") else _gltf_embedded(*glb_loop.read_glb(glb)))
-    n_vertices = len(local[0])
-    return dict(figures, path=path, **glb_loop.size_report(len(glb), n_vertices, len(local)), **options)
+        f.write(written)
+    return dict(figures, path=path, **glb_loop.size_report(len(written), len(local[0]), len(local)), **options)
 
 
 def size_line(figures):
