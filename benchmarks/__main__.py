@@ -24,8 +24,8 @@ BENCHMARKS = {
     "assembly": "bpy module",
     "motion": "bpy module",
     "panel_estimates": "bpy module to gather",
-    "motion": "bpy module to gather",
     "engines_vat": "bpy module, godot3-server",
+    "glb_sizes": "bpy module",
 }
 
 

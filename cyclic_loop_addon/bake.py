@@ -58,6 +58,10 @@ def _parser():
                         "without its first third, the settle from rest; N bodies: the scene range)")
     for out in OUTPUTS:
         p.add_argument(f"--{out.name}", metavar=out.metavar, help=out.help)
+    p.add_argument("--glb-shading", choices=gltf.SHADINGS, default=gltf.DEFAULTS["shading"],
+                   help="--glb: " + "; ".join(f"{name}: {text}" for name, _, text in gltf.SHADING_ITEMS))
+    p.add_argument("--glb-storage", choices=gltf.STORAGES, default=gltf.DEFAULTS["storage"],
+                   help="--glb: " + "; ".join(f"{name}: {text}" for name, _, text in gltf.STORAGE_ITEMS))
     p.add_argument("--model", choices=names(MODELS), default="auto")
     p.add_argument("--init", choices=sc.CLIP_INITS, default=None,
                    help=f"the initial guess (default: the model's: {_by_model('init')})")
@@ -241,8 +245,10 @@ def run(args):
 
     with files.all_or_nothing():        # every output complete, or none of them
         stages.run(job, paths, keys=bool(args.output), attach=bool(args.output), on_write=writing,
-                   wind=args.write_wind)
+                   wind=args.write_wind, glb={"shading": args.glb_shading, "storage": args.glb_storage})
     _say("wrote " + ", ".join(getattr(args, o.name) for o in OUTPUTS if getattr(args, o.name)))
+    if "glb" in job.report:
+        _say(gltf.size_line(job.report["glb"]))
     for line in verdict_lines(job.report) + sc.format_report(job.report):
         _say(line)
     return job.report

@@ -336,9 +336,14 @@ def test_panel_writes_the_engine_and_web_outputs(installed, tmp_path, output, na
     """Output VAT / glTF / Web Preview from the panel; the page inlines the three.js the extension ships."""
     obj, settings = open_sample("flag")
     settings.method, settings.output, settings.filepath = "crossfade", output, str(tmp_path / "flag_loop")
+    settings.glb_storage, settings.glb_shading = "compact", "flat"
     assert bpy.ops.cyclic_loop.make_loop() == {"FINISHED"}
     assert bpy.context.scene.cyclic_loop_run.message == f"Loop written as {name.split('/')[0]}"
     assert (tmp_path / name).stat().st_size > 0 and loop_keys(obj) == []
+    if output == "GLTF":        # the panel's Storage and Shading reach the file: sparse weights, no normals
+        doc, _ = addon_module("outputs.glb_loop").read_glb((tmp_path / name).read_bytes())
+        assert any("sparse" in a for a in doc["accessors"])
+        assert "NORMAL" not in doc["meshes"][0]["primitives"][0]["attributes"]
     if output == "WEB":
         shipped = os.path.join(os.path.dirname(addon_module("outputs.web_preview").__file__), "three", "three.module.js")
         assert os.path.isfile(shipped)

@@ -257,7 +257,8 @@ def test_engine_and_web_outputs(legacy_addon, flag_blend, tmp_path):
     data = (tmp_path / "flag_loop.glb").read_bytes()
     doc = json.loads(data[20:20 + struct.unpack("<I", data[12:16])[0]])
     sampler = doc["animations"][0]["samplers"][0]
-    assert doc["accessors"][sampler["input"]]["count"] == n_frames and sampler["interpolation"] == "LINEAR"
+    assert doc["accessors"][sampler["input"]]["count"] == n_frames + 1 and sampler["interpolation"] == "LINEAR"
+    assert doc["extensionsRequired"] == ["KHR_mesh_quantization"]        # the panel's default storage
     assert "three-core" in (tmp_path / "flag_loop.html").read_text()[:2000]
 
 

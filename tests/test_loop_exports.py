@@ -211,44 +211,55 @@ def _rest_of(obj):
     return co.reshape(-1, 3)
 
 
-def test_glb_holds_one_period_and_reimports_as_the_loop(tmp_path):
+@pytest.mark.parametrize("storage", gltf.STORAGES)
+def test_glb_holds_one_closed_period_and_reimports_as_the_loop(tmp_path, storage):
+    """N targets, N + 1 keys (the last at N / fps repeating the first), the loop's figures in the animation's
+    extras; Blender's importer reads every storage back as the loop (world space: a quantized file's node
+    scale holds the step), within half a quantization step."""
     g, q = _flag()
     local = writeback.local_loop(g, q)
     path = str(tmp_path / "flag.glb")
     names = set(bpy.data.objects.keys())
-    gltf.export_gltf(g, q, path)
+    figures = gltf.export_gltf(g, q, path, storage=storage)
     assert set(bpy.data.objects.keys()) == names
+    world = np.array(bpy.data.objects["Flag"].matrix_world)
     doc = _glb_json(path)
     (animation,) = doc["animations"]
     (sampler,) = animation["samplers"]
     times, weights = doc["accessors"][sampler["input"]], doc["accessors"][sampler["output"]]
     n = g.n_frames
     assert sampler["interpolation"] == "LINEAR" and animation["channels"][0]["target"]["path"] == "weights"
-    assert times["count"] == n and times["min"] == [0] and times["max"][0] == pytest.approx((n - 1) / 24)
-    assert weights["count"] == n * n
+    assert times["count"] == n + 1 and times["min"] == [0] and times["max"][0] == pytest.approx(n / 24)
+    assert weights["count"] == (n + 1) * n and ("sparse" in weights) == (storage == "compact")
     assert len(doc["meshes"][0]["primitives"][0]["targets"]) == n
+    assert animation["name"] == "Flag-loop" and animation["extras"]["cyclic_loop"] == {
+        **animation["extras"]["cyclic_loop"], "name": "Flag", "frame_count": n, "fps": 24.0, "period": n / 24}
     (node,) = [nd for nd in doc["nodes"] if "mesh" in nd]
     assert node["extras"]["cyclic_loop"] == {**node["extras"]["cyclic_loop"], "frame_count": n, "fps": 24.0,
                                              "duration": n / 24}
+    assert figures["glb_bytes"] == os.path.getsize(path) and figures["raw_bytes"] == len(local[0]) * n * 12
+    assert (figures["position_step"] > 0) == (storage != "float")
 
-    rest = _rest("Flag")
     bpy.ops.wm.read_factory_settings(use_empty=True)
     bpy.ops.import_scene.gltf(filepath=path)
     (obj,) = [ob for ob in bpy.data.objects if ob.type == "MESH"]
     keys = obj.data.shape_keys
     assert len(keys.key_blocks) == n + 1
     (frames,) = {tuple(round(k.co[0], 3) for k in fc.keyframe_points) for fc in writeback._fcurves(keys, "")}
-    assert len(frames) == n and len(set(frames)) == n              # N keys, none repeating the first
-    assert np.allclose(np.diff(frames), 1.0)
-    match = _nearest(_rest_of(obj), rest)
-    for j in (0, 1, n // 2, n - 1):
-        np.testing.assert_allclose(evaluated_local(obj, round(frames[0] + j)), local[j][match], atol=1e-5)
+    assert len(frames) == n + 1 and np.allclose(np.diff(frames), 1.0)        # N keys and the closing one
+    to_world = np.array(obj.matrix_world)
+    played = lambda frame: evaluated_local(obj, frame) @ to_world[:3, :3].T + to_world[:3, 3]  # noqa: E731
+    expected = local @ world[:3, :3].T + world[:3, 3]
+    match = _nearest(played(round(frames[0])), expected[0], 1e-6 + figures["position_step"])
+    for j in (0, 1, n // 2, n - 1, n):
+        np.testing.assert_allclose(played(round(frames[0] + j)), expected[j % n][match],
+                                   atol=1e-5 + 0.5 * figures["position_step"])
 
 
-def _nearest(points, reference):
+def _nearest(points, reference, within=1e-6):
     """Index of the nearest reference point of each point (the exporters split vertices at seams)."""
     d = np.linalg.norm(points[:, None] - reference[None], axis=2)
-    assert d.min(axis=1).max() < 1e-6
+    assert d.min(axis=1).max() < within
     return d.argmin(axis=1)
 
 
@@ -357,6 +368,7 @@ def test_web_page_without_three_is_refused_and_nothing_written(tmp_path, monkeyp
     (["--vat", "{tmp}/taken"], "is a file"),
     (["--vat", "{tmp}/no/such/folder"], "does not exist"),
     (["--glb", "{tmp}/loop.fbx"], "must end in .glb or .gltf"),
+    (["--glb", "{tmp}/loop.glb", "--glb-storage", "dense"], "invalid choice: 'dense'"),
 ])
 def test_bake_refuses_bad_engine_outputs(tmp_path, capsys, extra, message):
     path = open_sample("flag", tmp_path)

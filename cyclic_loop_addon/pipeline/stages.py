@@ -27,21 +27,22 @@ def prepare(settings, paths, context=None, method="physical", python=None, **gua
     return SolveJob(scene_reader.gather(settings, context), settings, method, python=python)
 
 
-def run(job, paths, keys=False, attach=False, context=None, on_write=None, wind=False):
+def run(job, paths, keys=False, attach=False, context=None, on_write=None, wind=False, glb=None):
     """Run ``job`` in this thread and ``finish`` it (calling ``on_write()`` in between); raises its error."""
     job.run()
     if job.error is not None:
         raise job.error
     if on_write is not None:
         on_write()
-    finish(job, paths, keys, attach, context, wind)
+    finish(job, paths, keys, attach, context, wind, glb)
 
 
-def finish(job, paths, keys=False, attach=False, context=None, wind=False):
+def finish(job, paths, keys=False, attach=False, context=None, wind=False, glb=None):
     """Write the loop of the finished ``job`` to ``paths``, back into the scene with ``keys`` (shape keys,
     or location keys of N bodies), a PC2 with a Mesh Cache modifier playing it with ``attach``, the designed
     gusts as keyed Wind fields with ``wind`` (and Blender's cloth re-simulated in them, measured in the
-    report's ``motion["resimulated"]``), and the report to a "json" path."""
+    report's ``motion["resimulated"]``), and the report to a "json" path. ``glb``: the glTF options
+    (``gltf.checked_options``); the glTF file's size against the raw data goes into the report as ``glb``."""
     gathered, q = job.gathered, job.q
     path = {name: p for name, (p, _) in paths.items()}
     if wind:    # before the write-back: Blender's cloth re-simulates the mesh as the scene has it
@@ -56,9 +57,12 @@ def finish(job, paths, keys=False, attach=False, context=None, wind=False):
             raise files.writer_failure(path["abc"], paths["abc"][1], exc) from exc
     if "preview" in path:
         preview.save_preview(gathered, q, path["preview"])
-    for name, write in (("vat", vat.export_vat), ("glb", gltf.export_gltf), ("html", web_preview.write_page)):
-        if name in path:
-            write(gathered, q, path[name], context)
+    if "vat" in path:
+        vat.export_vat(gathered, q, path["vat"], context)
+    if "glb" in path:
+        job.report["glb"] = gltf.export_gltf(gathered, q, path["glb"], context, **(glb or {}))
+    if "html" in path:
+        web_preview.write_page(gathered, q, path["html"], context)
     if "pc2" in path:   # after the Alembic export: the file it plays appears when all outputs do
         export.export_pc2(gathered, q, path["pc2"], attach=attach)
     if "output" in path:

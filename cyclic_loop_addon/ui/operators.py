@@ -19,7 +19,7 @@ import os
 
 import bpy
 
-from ..outputs import files, wind_fields, writeback
+from ..outputs import files, gltf, wind_fields, writeback
 from ..pipeline import stages, scene_reader
 from . import last_run, selection, timeline
 from ..core import sc
@@ -202,6 +202,7 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
             fill_from_physics(settings, obj, context.scene)
         self._paths = output_paths(settings)
         self._wind = settings.write_wind and settings.method == "physical"
+        self._glb = {"shading": settings.glb_shading, "storage": settings.glb_storage}
         try:
             loop = loop_settings(obj, settings, context)
             _job = stages.prepare(loop, self._paths, context, settings.method, python)
@@ -276,7 +277,8 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         paths = self._paths if mesh else {}     # N bodies are always written as location keys
         try:
             objects = target_objects(context.scene, job.gathered)
-            stages.finish(job, paths, keys=not paths, attach=True, context=context, wind=self._wind)
+            stages.finish(job, paths, keys=not paths, attach=True, context=context, wind=self._wind,
+                          glb=self._glb)
         except LoopError as exc:
             run.message = f"Not written: {exc}"
             self.report({"ERROR"}, run.message)
@@ -294,6 +296,8 @@ class CYCLICLOOP_OT_make_loop(bpy.types.Operator):
         if job.stopped:
             run.message = f"Stopped: the best loop so far written as {written}"
         last_run.record(context, run, job.gathered, job.q, rep, self._set_range)
+        if "glb" in rep:
+            self.report({"INFO"}, gltf.size_line(rep["glb"]))
         self.report({"INFO"}, f"Seam jump {run.seam_before:.3g} -> {run.seam_after:.3g}, residual "
                               f"{run.residual:.3g}, {run.seconds:.1f} s ({run.init_used})")
         return {"FINISHED"}

@@ -148,6 +148,9 @@ def _draw_settings(layout, obj, settings):
         col.label(text=note, icon="ERROR")
     if settings.output != "SHAPE_KEYS":
         col.prop(settings, "filepath")
+    if settings.output == "GLTF":
+        col.prop(settings, "glb_shading")
+        col.prop(settings, "glb_storage")
     col.prop(settings, "set_scene_range", text="Set Range")
     layout.operator(operators.CYCLICLOOP_OT_physics_defaults.bl_idname, icon="PHYSICS")
 

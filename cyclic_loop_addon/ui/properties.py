@@ -4,6 +4,7 @@ from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, I
                        StringProperty)
 
 from ..outputs.catalog import PANEL_OUTPUTS
+from ..outputs.gltf import DEFAULTS as GLTF_DEFAULTS, SHADING_ITEMS, STORAGE_ITEMS
 from ..pipeline.scene_reader import physics_defaults, physics_modifier
 from ..vocabulary import INITS, ITERATIONS, METHODS, MODELS, SCHEMES, SOFTNESS
 
@@ -61,6 +62,10 @@ class CyclicLoopSettings(bpy.types.PropertyGroup):
     output: EnumProperty(name="Output", items=[out[:3] for out in PANEL_OUTPUTS], default="SHAPE_KEYS")
     filepath: StringProperty(name="File", subtype="FILE_PATH", default="//loop",
                              description="Output file (extension added) or, for a vertex animation texture, folder")
+    glb_shading: EnumProperty(name="Shading", items=SHADING_ITEMS, default=GLTF_DEFAULTS["shading"],
+                              description="How the glTF file's faces are shaded")
+    glb_storage: EnumProperty(name="Storage", items=STORAGE_ITEMS, default=GLTF_DEFAULTS["storage"],
+                              description="How the glTF file stores the morph targets and their weights")
 
 
 class CyclicLoopRun(bpy.types.PropertyGroup):

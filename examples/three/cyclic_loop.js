@@ -1,30 +1,16 @@
 // Playing Cyclic Loop exports in three.js (r150+, WebGL2).
 //
-//   import { loopClip, loadVat } from './cyclic_loop.js';
-//   // glTF: the clip holds the N distinct samples of one period; let it wrap from the last back to the first.
+//   import { loadVat } from './cyclic_loop.js';
+//   // glTF: the clip closes itself (its last key, at N / fps, repeats the first): play it as imported.
 //   const gltf = await new GLTFLoader().loadAsync('loop.glb');
-//   const mixer = new THREE.AnimationMixer(gltf.scene);
-//   mixer.clipAction(loopClip(gltf.animations[0], gltf.scene.getObjectByName('Flag_loop').userData.cyclic_loop)).play();
+//   new THREE.AnimationMixer(gltf.scene).clipAction(gltf.animations[0]).play();
 //   // VAT: the rest mesh and a material whose vertex shader reads the textures (EXR: full half-float precision).
 //   const { mesh, setTime } = await loadVat(GLTFLoader, EXRLoader, 'flag_vat/Flag.json');
 //   scene.add(mesh);  ...  setTime(seconds);   // every frame
 //
-// Open interval: a loop of N frames is N samples at t = j / fps (j = 0 .. N - 1) and lasts N / fps seconds;
-// between t = (N - 1) / fps and N / fps the player interpolates from the last sample back to the first.
+// The VAT holds the N distinct samples of one period, t = j / fps (j = 0 .. N - 1), and lasts N / fps
+// seconds; between t = (N - 1) / fps and N / fps the shader interpolates from the last sample back to the first.
 import * as THREE from 'three';
-
-/** Make a glTF morph-target clip of one period loop seamlessly: duration N / fps, and each track gets the
- * first sample again at t = duration, so that the step from the last sample to the first is interpolated
- * like any other (three.js holds the last key otherwise). ``loop`` is the node's extras.cyclic_loop. */
-export function loopClip(clip, loop) {
-  for (const track of clip.tracks) {
-    const size = track.getValueSize();
-    track.times = Float32Array.from([...track.times, loop.duration]);
-    track.values = Float32Array.from([...track.values, ...track.values.slice(0, size)]);
-  }
-  clip.duration = loop.duration;
-  return clip;
-}
 
 /** GLSL (vertex stage) that reads a VAT: vatPosition() / vatNormal() are the object-space (Y up)
  * position and normal of the vertex at uv1 at frame vatFrame (a float, wrapping with period vatFrames). */

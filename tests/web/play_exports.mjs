@@ -1,5 +1,6 @@
-// node tests/web/play_exports.mjs OUT_DIR GLB VAT_JSON STEPS: serve the repository and OUT_DIR on 127.0.0.1,
-// open tests/web/player.html in headless Chromium, print its result (positions per played frame) as JSON.
+// node tests/web/play_exports.mjs OUT_DIR GLB[,GLB...] VAT_JSON STEPS: serve the repository and OUT_DIR on
+// 127.0.0.1, open tests/web/player.html in headless Chromium, print its result (positions per played frame) as
+// JSON. The GLBs are named relative to OUT_DIR.
 import { createServer } from 'node:http';
 import { readFile } from 'node:fs/promises';
 import { extname, join, resolve } from 'node:path';
@@ -24,7 +25,7 @@ await new Promise((done) => server.listen(0, '127.0.0.1', done));
 const base = `http://127.0.0.1:${server.address().port}`;
 try {
   const result = await withPage(async (page) => {
-    await page.goto(`${base}/repo/tests/web/player.html?glb=/out/${glb}&vat=/out/${vat}&steps=${steps}`);
+    await page.goto(`${base}/repo/tests/web/player.html?glb=${glb}&vat=/out/${vat}&steps=${steps}`);
     await page.waitForFunction(() => window.result !== undefined, null, { timeout: 120000 });
     return page.evaluate(() => window.result);
   });

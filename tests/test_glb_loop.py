@@ -1,0 +1,157 @@
+"""outputs/glb_loop.py on a small GLB made here (no Blender): the closing key, the animation's extras, the
+quantized and sparse storages, the rebase on frame 0, and the shapes a player computes from each file."""
+import numpy as np
+import pytest
+
+from cyclic_loop_addon.outputs import glb_loop
+
+N, FPS = 6, 24.0
+LOOP = {"name": "Cloth", "frame_count": N, "fps": FPS}
+
+
+def _open_glb(normal_turn=0.3, weights=None, scale=(2.0, 2.0, 2.0)):
+    """A GLB as Blender's exporter writes a loop: a quad of 4 vertices, N morph targets (a wave of up to
+    0.4 m, normals turning by up to ``normal_turn`` rad), N one-hot keys at j / fps (or ``weights``)."""
+    rest = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0]], np.float32)
+    angle = 2 * np.pi * np.arange(N)[:, None] / N + rest[None, :, 0]
+    frames = rest + 0.4 * np.stack([0 * angle, 0.3 * np.cos(angle), np.sin(angle)], axis=-1)
+    turn = normal_turn * np.sin(angle)
+    normals = np.stack([np.sin(turn), 0 * turn, np.cos(turn)], axis=-1)
+    writer = glb_loop._Writer()
+    acc = [glb_loop._accessor(writer, rest, vertex=True, bounds=True),
+           glb_loop._accessor(writer, np.tile([[0, 0, 1]], (4, 1)).astype(np.float32), vertex=True),
+           glb_loop._accessor(writer, np.array([[0], [1], [2], [2], [1], [3]], np.uint16),
+                              target=glb_loop.ELEMENT_ARRAY_BUFFER)]
+    targets = []
+    for j in range(N):
+        acc.append(glb_loop._accessor(writer, (frames[j] - rest).astype(np.float32), vertex=True, bounds=True))
+        acc.append(glb_loop._accessor(writer, (normals[j] - [0, 0, 1]).astype(np.float32), vertex=True))
+        targets.append({"POSITION": len(acc) - 2, "NORMAL": len(acc) - 1})
+    acc.append(glb_loop._accessor(writer, (np.arange(N) / FPS).astype(np.float32)[:, None], bounds=True))
+    w = np.eye(N, dtype=np.float32) if weights is None else np.asarray(weights, np.float32)
+    acc.append(glb_loop._accessor(writer, w.reshape(-1, 1)))
+    doc = {"asset": {"version": "2.0"}, "scene": 0, "scenes": [{"nodes": [0]}],
+           "nodes": [{"mesh": 0, "name": "Cloth_loop", "translation": [0.5, 0, 0], "scale": list(scale)}],
+           "meshes": [{"primitives": [{"attributes": {"POSITION": 0, "NORMAL": 1}, "indices": 2,
+                                       "targets": targets}]}],
+           "animations": [{"name": "CyclicLoop Cloth_loop",
+                           "channels": [{"sampler": 0, "target": {"node": 0, "path": "weights"}}],
+                           "samplers": [{"input": len(acc) - 2, "output": len(acc) - 1, "interpolation": "LINEAR"}]}],
+           "accessors": acc, "bufferViews": writer.views}
+    return glb_loop.write_glb(doc, writer.blob), frames, normals
+
+
+def _played(data, t):
+    """What a player shows at time ``t`` (s): world positions (node scale and translation applied) and
+    normalized normals, the weights interpolated linearly between keys."""
+    doc, blob = glb_loop.read_glb(data)
+    prim = doc["meshes"][0]["primitives"][0]
+    sampler = doc["animations"][0]["samplers"][0]
+    times = glb_loop.read_accessor(doc, blob, sampler["input"])[:, 0]
+    weights = glb_loop.read_accessor(doc, blob, sampler["output"]).reshape(len(times), -1)
+    w = np.array([np.interp(t, times, weights[:, i]) for i in range(weights.shape[1])])
+    read = lambda i: glb_loop.read_accessor(doc, blob, i).astype(np.float64)  # noqa: E731
+    position = read(prim["attributes"]["POSITION"]) + sum(wi * read(tg["POSITION"]) for wi, tg in
+                                                           zip(w, prim["targets"]))
+    node = doc["nodes"][0]
+    world = position * node.get("scale", [1, 1, 1]) + node.get("translation", [0, 0, 0])
+    normal = None
+    if "NORMAL" in prim["attributes"]:
+        normal = read(prim["attributes"]["NORMAL"]) + sum(wi * read(tg["NORMAL"]) for wi, tg in
+                                                          zip(w, prim["targets"]))
+        normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    return world, normal
+
+
+@pytest.mark.parametrize("storage", glb_loop.STORAGES)
+def test_rewrite_closes_the_clip_and_keeps_every_played_shape(storage):
+    data, frames, normals = _open_glb()
+    glb, figures = glb_loop.rewrite(data, LOOP, storage=storage)
+    doc, blob = glb_loop.read_glb(glb)
+    (animation,) = doc["animations"]
+    assert animation["name"] == "Cloth-loop"
+    assert animation["extras"]["cyclic_loop"] == {**animation["extras"]["cyclic_loop"], "name": "Cloth",
+                                                  "frame_count": N, "fps": FPS, "period": N / FPS}
+    sampler = animation["samplers"][0]
+    times = glb_loop.read_accessor(doc, blob, sampler["input"])[:, 0]
+    np.testing.assert_allclose(times, np.arange(N + 1) / FPS, rtol=1e-7)
+    weights = glb_loop.read_accessor(doc, blob, sampler["output"]).reshape(N + 1, N)
+    np.testing.assert_array_equal(weights, np.eye(N)[np.arange(N + 1) % N])
+    world = frames * 2.0 + [0.5, 0, 0]
+    position_error = 2.0 * figures["max_quantization_error"] + 1e-6
+    assert figures["max_quantization_error"] <= 0.5 * figures["position_step"] * (1 + 1e-9)
+    for t in np.arange(0, 2 * N + 1) * 0.37 / FPS:        # across the wrap, between keys too
+        frame = (t * FPS) % N
+        low, part = int(frame), frame - int(frame)
+        expected = (1 - part) * world[low] + part * world[(low + 1) % N]
+        shown, normal = _played(glb, t)
+        np.testing.assert_allclose(shown, expected, atol=position_error)
+        blend = (1 - part) * normals[low] + part * normals[(low + 1) % N]
+        blend /= np.linalg.norm(blend, axis=1, keepdims=True)
+        np.testing.assert_allclose(normal, blend, atol=0.02 if storage == "compact" else 1e-6)
+
+
+def test_storages_hold_what_they_say():
+    data, frames, _ = _open_glb()
+    docs = {s: glb_loop.read_glb(glb_loop.rewrite(data, LOOP, storage=s)[0])[0] for s in glb_loop.STORAGES}
+    for storage, doc in docs.items():
+        prim = doc["meshes"][0]["primitives"][0]
+        kinds = {doc["accessors"][t["POSITION"]]["componentType"] for t in prim["targets"]}
+        normal_kinds = {doc["accessors"][t["NORMAL"]]["componentType"] for t in prim["targets"]}
+        output = doc["accessors"][doc["animations"][0]["samplers"][0]["output"]]
+        assert kinds == ({5126} if storage == "float" else {5122})         # float / int16
+        assert normal_kinds == ({5120} if storage == "compact" else {5126})   # int8 normalized / float
+        assert ("sparse" in output) == (storage == "compact") and output["count"] == (N + 1) * N
+        assert ("KHR_mesh_quantization" in doc.get("extensionsRequired", [])) == (storage != "float")
+        views = {doc["accessors"][t["POSITION"]]["bufferView"] for t in prim["targets"]}
+        assert len(views) == (N if storage == "float" else 1)       # one view for all targets' positions
+    compact = docs["compact"]
+    assert compact["animations"][0]["samplers"][0]["output"] is not None
+    sparse = compact["accessors"][compact["animations"][0]["samplers"][0]["output"]]
+    assert "bufferView" not in sparse and sparse["sparse"]["count"] == N + 1
+    step = docs["quantized"]["nodes"][0]["scale"][0] / 2.0
+    # rebased on frame 0: the deltas span the motion within the loop, so the step is the largest of those / 32767
+    rebased = frames - frames[0]
+    assert step == pytest.approx(np.abs(rebased).max() / glb_loop.SHORT_MAX, rel=1e-6)
+
+
+def test_normals_that_turn_past_a_unit_stay_float_in_compact():
+    data, _, normals = _open_glb(normal_turn=1.6)
+    glb, _ = glb_loop.rewrite(data, LOOP, storage="compact")
+    doc, blob = glb_loop.read_glb(glb)
+    prim = doc["meshes"][0]["primitives"][0]
+    kinds = [doc["accessors"][t["NORMAL"]]["componentType"] for t in prim["targets"]]
+    assert 5126 in kinds and 5120 in kinds
+    for j in range(N):
+        np.testing.assert_allclose(_played(glb, j / FPS)[1], normals[j], atol=0.02)
+
+
+def test_weights_that_do_not_add_up_to_one_keep_the_base():
+    """Without one-hot keys the base is not moved (the shapes between keys would change)."""
+    weights = 0.5 * np.eye(N)
+    data, frames, _ = _open_glb(weights=weights)
+    glb, _ = glb_loop.rewrite(data, LOOP, storage="quantized")
+    for j in range(N):
+        rest = frames[0] * 0 + np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0]])
+        expected = (rest + 0.5 * (frames[j] - rest)) * 2.0 + [0.5, 0, 0]
+        np.testing.assert_allclose(_played(glb, j / FPS)[0], expected, atol=1e-4)
+
+
+def test_without_normals_and_already_closed():
+    data, _, _ = _open_glb()
+    glb, _ = glb_loop.rewrite(data, LOOP, storage="compact", normals=False)
+    doc, _ = glb_loop.read_glb(glb)
+    prim = doc["meshes"][0]["primitives"][0]
+    assert "NORMAL" not in prim["attributes"] and all("NORMAL" not in t for t in prim["targets"])
+    again, _ = glb_loop.rewrite(glb_loop.rewrite(data, LOOP, storage="float")[0], LOOP, storage="float")
+    doc, blob = glb_loop.read_glb(again)
+    assert doc["accessors"][doc["animations"][0]["samplers"][0]["input"]]["count"] == N + 1
+
+
+def test_bad_input_is_refused_with_a_message():
+    data, _, _ = _open_glb()
+    with pytest.raises(ValueError, match="not a glTF 2.0 binary"):
+        glb_loop.rewrite(b"PK\x03\x04" + bytes(40), LOOP)
+    with pytest.raises(ValueError, match="storage 'dense' is not one of float, quantized, compact"):
+        glb_loop.rewrite(data, LOOP, storage="dense")
+    assert glb_loop.size_report(2016, 7, 6) == {"glb_bytes": 2016, "raw_bytes": 504, "ratio": 4.0}
