@@ -19,6 +19,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from .models.external import Wind
+from .models.nbody import NBodyGravity
 from .residual import force_steps
 
 FAMILIES = ("auto", "wind", "modes", "none")
@@ -103,6 +104,19 @@ class ModesDrive:
         return np.broadcast_to(unit.reshape(n, 3, 3 * k)[None], (self.prob.n_steps, n, 3, 3 * k))
 
 
+def coupled_pairs(model):
+    """(E, 2) vertex pairs i < j that the model's force terms couple: its mesh (``Model.mesh_edges``), else the
+    pairs of every term's Jacobian pattern (Blender cloth's springs and hinges); empty for N bodies, whose
+    gravity couples every pair without a mesh."""
+    edges = model.mesh_edges()
+    if len(edges):
+        return edges
+    terms = [t for t in getattr(model, "terms", ()) if not isinstance(t, NBodyGravity)]
+    pairs = [np.stack(term.jacobian_pattern(), axis=1) // 3 for term in terms]
+    pairs = np.concatenate(pairs) if pairs else np.zeros((0, 2), dtype=np.int64)
+    return np.unique(pairs[pairs[:, 0] < pairs[:, 1]], axis=0)
+
+
 def laplacian_modes(model, k):
     """The ``k`` lowest eigenvectors (n, k) of the mesh's graph Laplacian, L phi = lambda M phi, M-orthonormal.
 
@@ -119,7 +133,7 @@ def laplacian_modes(model, k):
         The modes.
     """
     n, mass = model.n_vertices, model.mass
-    e = model.mesh_edges()
+    e = coupled_pairs(model)
     if len(e) == 0:
         raise ValueError("body modes need a mesh: this model has no edges")
     k = min(int(k), n)
@@ -165,7 +179,7 @@ def choose_drive(prob, family="auto", modes=6):
     if family == "wind":
         raise ValueError("the scene has no wind to design gusts for: add a Wind force field, or choose the body "
                          "modes")
-    if len(prob.model.mesh_edges()) == 0:
+    if len(coupled_pairs(prob.model)) == 0:
         if family == "modes":
             raise ValueError("body modes need a mesh: this model has no edges")
         return None
