@@ -413,7 +413,8 @@ def test_written_wind_is_cyclic_and_blenders_cloth_falls_near_the_loop():
     driven = wind_fields.resimulate(gathered, rep, result.q)
     assert driven["last"] <= 0.5
     assert [(m.name, m.type) for m in bpy.data.objects["Flag"].modifiers] == modifiers     # the copy is gone
-    assert wind_fields.resimulate(gathered, rep, result.q) == pytest.approx(driven, rel=1e-6)
+    again = wind_fields.resimulate(gathered, rep, result.q)
+    assert again["periods"] == pytest.approx(driven["periods"], rel=1e-6)
 
 
 def test_write_wind_is_refused_before_the_solve_without_a_wind(tmp_path):
