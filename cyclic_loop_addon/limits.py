@@ -81,9 +81,9 @@ def check_memory(n_frames, substeps, n_vertices, scheme, velocity_terms=False, e
                           driven)
     have = available_bytes()
     if have is not None and need > have:
-        gusts = ("; the designed gusts factor the whole loop at once: Allow Gusts off (bake.py --no-gusts) solves "
-                 f"it in about {estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms, explicit_terms, soft_frames) / GB:.1f} GB "
-                 "as pure physics, which calms a damped cloth" if driven else "")
+        pure = estimate_bytes(n_frames, substeps, n_vertices, scheme, velocity_terms, explicit_terms, soft_frames)
+        gusts = (f"; the designed gusts factor the whole loop at once: Allow Gusts off (bake.py --no-gusts) solves "
+                 f"it in about {pure / GB:.1f} GB as pure physics, which calms a damped cloth" if pure < need else "")
         raise LoopInputError(
             f"this loop needs about {need / GB:.1f} GB of memory ({n_frames} frames x {max(substeps, 1)} substeps "
             f"x {n_vertices} vertices) but {have / GB:.1f} GB is available: shorten the frame range, lower the "

@@ -112,11 +112,15 @@ def _make_loop(prob, clip, init, options, **kwargs):
     return kept
 
 
-def _pure_physics_motion(prob, clip, result):
-    """Add the speed kept to a pure-physics loop's metrics, and say so in its message when it went calm."""
+def _pure_physics_motion(prob, clip, result, too_large=0):
+    """Add the speed kept to a pure-physics loop's metrics, and say so in its message when it went calm;
+    ``too_large``: the unknowns of a loop that asked for a driving force but is beyond the driven solve's size."""
     ratio = rms_speed(result.q, prob.dt) / max(rms_speed(clip, prob.dt), 1e-300)
     result.metrics["motion"] = dict(family="none", speed_ratio=ratio, drive_peak_g=0.0, wind_peak_ratio=None,
-                                    **distance_figures(result.q, clip))
+                                    **distance_figures(result.q, clip), too_large=bool(too_large))
+    if too_large and not result.cancelled:
+        result.message += (f"; pure physics: the designed gusts factor the whole loop at once, beyond this size "
+                           f"({too_large} unknowns): fewer frames or vertices keep them")
     if ratio < KEPT_SPEED and not result.cancelled:
         result.message += (f"; calmer than the clip ({ratio:.0%} of its speed): a damped loop with no driving force "
                            "loses its motion, allow a driving force to keep it")
@@ -179,6 +183,10 @@ def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, 
     check_init(init)
     options = options or DEFAULTS
     drive = choose_drive(prob, options.motion.drive, options.motion.modes)
+    unknowns = int(prob.free_mask().sum())
+    too_large = drive is not None and not driven.fits(unknowns, prob.n_steps, options)
+    if too_large:
+        drive = None
     if stage is not None:       # the linear solve and the problem's size, before any work
         route = driven.linear_solver(backend) if drive is not None else solver_route(prob, backend, options)
         stage(dict(phase="setup", stage=True, solver=route,
@@ -206,7 +214,7 @@ def loop_clip(prob, clip, init="fast_projection", max_iters=MAX_ITERS, tol=TOL, 
     if init == "cache":
         result.init_used, result.fallback_reason = "cache", reason
     if drive is None:
-        _pure_physics_motion(prob, clip, result)
+        _pure_physics_motion(prob, clip, result, unknowns if too_large else 0)
     if result.cancelled:
         return result
     if not np.all(np.isfinite(result.q)) or not np.isfinite(result.final_loss):

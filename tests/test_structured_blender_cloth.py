@@ -325,7 +325,8 @@ def test_cache_or_forward_race_shares_one_symbolic_analysis(monkeypatch):
     clip = prob.frames_of(steps)
     made = []
     monkeypatch.setattr(sc.clip_loop, "make_backend", lambda name: made.append(make_backend(name)) or made[-1])
-    options = replace(DEFAULTS, start=replace(DEFAULTS.start, behind=np.inf))   # the second run goes on to its end
+    options = replace(DEFAULTS, start=replace(DEFAULTS.start, behind=np.inf),   # the second run goes on to its end
+                      motion=replace(DEFAULTS.motion, drive="none"))             # the race: pure physics' start
     res = sc.loop_clip(prob, clip, "cache_or_forward", max_iters=3, backend="cholmod", options=options)
     assert "started from the cache and from the solver's own simulation" in res.message
     assert len(made) == 1 and made[0].analyses == 1 and made[0].factorizations >= 1

@@ -76,7 +76,9 @@ def verdict(report):
     driven = figures.get("family", "none") != "none"
     if kept is not None and kept < CALMER:
         out.append(dict(kind="warn", headline="Motion: calmer than cache",
-                        detail=f"{kept:.0%} of the cache's speed" if driven else f"{kept:.0%} speed: Allow Gusts"))
+                        detail=f"{kept:.0%} of the cache's speed" if driven else
+                        f"{kept:.0%} speed: loop too big" if figures.get("too_large") else
+                        f"{kept:.0%} speed: Allow Gusts"))
     elif kept is not None and driven:
         out.append(dict(kind="good", headline="Motion: kept", detail=needed(figures)))
     reason = report.get("fallback_reason")
@@ -141,6 +143,9 @@ def _needed_sentence(report, kept):
     if family == "modes":
         return (f"; it needed gentle pushes (smooth body forces) up to {figures['drive_peak_g']:.2g} g, the scene "
                 "having no wind to gust")
+    if kept < CALMER and figures.get("too_large"):
+        return (". A damped cloth with nothing driving it can only loop by calming down, and this loop is too large "
+                "for the designed gusts (they factor the whole loop at once): fewer frames or vertices keep them")
     if kept < CALMER:
         return (". A damped cloth with nothing driving it can only loop by calming down: Allow Gusts (bake.py "
                 "--gusts) lets the loop design the wind that keeps it moving")

@@ -23,6 +23,8 @@ import scipy.sparse as sp
 from ..metrics import relative_residual, rms_speed, seamless
 from ..physics.residual import ResidualJacobian, inertia_metric, penalty_terms, residual_steps
 from ..result import CANCELLED, Result, halts
+from ..options import DEFAULTS
+from .gauss_newton import factor_nonzeros
 from .linsolve import NotPositiveDefinite, cholmod, make_backend
 
 
@@ -194,6 +196,15 @@ class DrivenLoss:
     def metric(self):
         """Levenberg–Marquardt's diagonal: the inertia metric on q, h s^2 on theta."""
         return np.r_[inertia_metric(self.prob), np.full(self.n_theta, self.prob.h * self.scale ** 2)]
+
+
+def fits(n_unknowns, n_steps, options=None):
+    """Whether the driven solve takes a loop of this size: its direct factor, estimated as
+    ``gauss_newton.factor_nonzeros``, within ``LinearSolveOptions.auto_direct_max_factor_nonzeros`` (the size
+    up to which "auto" factors directly). Larger loops are pure physics (``loop_clip``), on the structured
+    solve where it applies."""
+    options = options or DEFAULTS
+    return factor_nonzeros(n_unknowns, n_steps, options) <= options.linear_solve.auto_direct_max_factor_nonzeros
 
 
 def linear_solver(backend="auto"):

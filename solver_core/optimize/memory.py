@@ -7,6 +7,7 @@ the explicit terms' offset -1). The direct solve (CHOLMOD) holds its factor, ``g
 the loop's matrix is banded in time, so the fill is the unknowns times those of one step (times
 ``LinearSolveOptions.factor_fill``). The estimate is of a solve with the default options.
 """
+from .driven import fits
 from .gauss_newton import auto_structured, factor_nonzeros
 from ..physics.scheme import offsets
 
@@ -44,12 +45,14 @@ def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False, explicit_terms
     (Blender cloth), which keep the solve on CHOLMOD below ``auto_structured_min_unknowns_velocity`` unknowns;
     ``explicit_terms``: the linearized scheme takes some terms explicitly (Blender cloth on its sub-steps);
     ``soft_frames``: the first frames are soft, so the structured solve factors frame blocks
-    (``structured_solve.choose_preconditioner``); ``driven``: the loop is solved with a designed driving force
-    (``optimize.driven``), which always factors directly."""
+    (``structured_solve.choose_preconditioner``); ``driven``: a designed driving force is asked for, which
+    factors directly up to the size ``optimize.driven.fits`` takes (larger loops are pure physics)."""
     if n_vertices < 1 or n_steps < 1:
         raise ValueError(f"need at least one vertex and one step, got {n_vertices} vertices, {n_steps} steps")
     unknowns = 3 * n_vertices * n_steps
-    if not driven and auto_structured(unknowns, n_steps, velocity_terms):
+    if driven and fits(unknowns, n_steps):
+        return BASE_BYTES + BYTES_PER_FACTOR_NONZERO * factor_nonzeros(unknowns, n_steps)
+    if auto_structured(unknowns, n_steps, velocity_terms):
         extra = sparse_offsets(scheme, velocity_terms, explicit_terms) - 1
         blocks = FRAME_BLOCK_BYTES_PER_UNKNOWN if soft_frames else 0.0
         return BASE_BYTES + (STRUCTURED_BYTES_PER_UNKNOWN + extra * OFFSET_BYTES_PER_UNKNOWN + blocks) * unknowns
