@@ -39,8 +39,8 @@ TYPICAL_ITERATIONS = 20
 TAIL, SHRINK = 0.05, 0.3
 STOP_DECREASE = FTOL / KINK_WINDOW
 
-# What a run costs before it starts, from the problem's size (benchmarks/results/panel_estimates.md: measured
-# on a 2-core x86_64 VM with the flag sample at 4,536 to 72,576 unknowns and the curtain of tests/test_addon_ui.py).
+# What a run costs before it starts, from the problem's size; the evidence for each constant is in
+# benchmarks/results/panel_estimates.md.
 CHILD_START = 1.5               # s: the child Python's start, its imports and reading the problem
 FORWARD_STEP = 8e-5             # s per vertex x step of the solver's own simulation (Blender cloth)
 DIRECT_ITERATION = {"cholmod": 4e-9, "scipy": 1.2e-8}  # s per unknown x (unknowns per step)^2 of a direct solve
