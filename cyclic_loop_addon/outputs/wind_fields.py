@@ -16,7 +16,7 @@ import numpy as np
 from .. import compat
 from ..core import sc
 from ..errors import LoopInputError
-from ..pipeline.scene_reader import physics_modifier
+from ..pipeline.scene_reader import evaluated_positions, physics_modifier
 
 COLLECTION = "Loop Wind"
 AXES = (("X", (0.0, math.pi / 2, 0.0)), ("Y", (-math.pi / 2, 0.0, 0.0)), ("Z", (0.0, 0.0, 0.0)))
@@ -199,11 +199,7 @@ def resimulate(gathered, report, loop):
         for frame in range(cache.frame_start, last):
             scene.frame_set(frame)
             if frame >= first and (frame - first) % step == 0:
-                ev = copy.evaluated_get(bpy.context.evaluated_depsgraph_get())
-                co = np.empty(3 * len(ev.data.vertices))
-                ev.data.vertices.foreach_get("co", co)
-                m = np.array(ev.matrix_world)
-                frames.append(co.reshape(-1, 3) @ m[:3, :3].T + m[:3, 3])
+                frames.append(evaluated_positions(copy, bpy.context.evaluated_depsgraph_get())[0])
     finally:
         scene.frame_set(current)
         mesh = copy.data

@@ -223,7 +223,7 @@ def _world(points, matrix):
     return points @ matrix[:3, :3].T + matrix[:3, 3]
 
 
-def _evaluated_positions(obj, depsgraph):
+def evaluated_positions(obj, depsgraph):
     """World-space vertex positions (n, 3) of the evaluated object and its world matrix (4, 4)."""
     ob = obj.evaluated_get(depsgraph)
     mesh = ob.data
@@ -427,7 +427,7 @@ def _gather_mesh(obj, frames, settings, context):
     n = len(rest_local)
 
     def read(depsgraph, frame):
-        x, matrix = _evaluated_positions(obj, depsgraph)
+        x, matrix = evaluated_positions(obj, depsgraph)
         if len(x) != n:
             raise LoopInputError(_topology_message(obj, mod, len(x), n, frame))
         return (x, matrix, [_collider_frame(ob, depsgraph) for ob in colliders],
