@@ -215,8 +215,9 @@ def test_headless_bake(flag_blend, tmp_path):
 
 def test_written_wind_is_cyclic_and_resimulates_near_the_loop_in_this_blender(tmp_path):
     """bake.py --write-wind on the gusts sample in this Blender (3.4): the saved scene holds three Wind fields
-    keyed cyclically with the loop's period, and Blender's cloth re-simulated in them ends within the
-    reported distance of the loop."""
+    keyed cyclically with the loop's period, and Blender's cloth re-simulated in them stays within half a
+    motion of the loop in each of the three periods (the report's figures; from one simulation of a copy
+    to the next Blender's cloth differs by a few hundredths of a motion, so periods are not ranked)."""
     import json
 
     out, report = tmp_path / "loop.blend", tmp_path / "loop.json"
@@ -225,7 +226,8 @@ def test_written_wind_is_cyclic_and_resimulates_near_the_loop_in_this_blender(tm
                        "72", "--output", str(out), "--json", str(report), "--write-wind", timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     again = json.loads(report.read_text())["motion"]["resimulated"]
-    assert again["last"] <= 0.5 and again["last"] < again["periods"][0]
+    assert len(again["periods"]) == 3 and again["last"] == again["periods"][-1]
+    assert max(again["periods"]) <= 0.5
     check = ("import bpy; c = bpy.data.collections['Loop Wind']; f = [o.animation_data.action.fcurves[0] for o in "
              "sorted(c.objects, key=lambda o: o.name)]; assert [o.field.type for o in c.objects] == ['WIND'] * 3; "
              "assert all(m.type == 'CYCLES' for x in f for m in x.modifiers); "
