@@ -12,6 +12,9 @@ LINE_CHARS = 26     # the width, in characters, of Blender's sidebar at its defa
 # A loop moving at less than this fraction of the cache's RMS speed is "calmer than cache": a pure-physics loop
 # of a damped motion loses most of it; the designed gusts keep it (docs/design/motion.md).
 CALMER = sc.KEPT_SPEED
+STARTS = {"cache": "the cache", "crossfade": "a crossfade", "forward": "a simulation",
+          "closed_forward": "a closed simulation", "fast_projection": "a fast projection",
+          "reversible": "a two-sided simulation", "given": "the given frames"}
 FELL_BACK = {"cache": "Fell back to the cache", "crossfade": "Fell back to a crossfade",
              "forward": "Fell back to simulation"}
 
@@ -126,30 +129,26 @@ def motion_kept(report):
     return None if loop is None or not src else loop / src
 
 
-def _needed_sentence(report, kept):
-    """The motion line's end: what the loop needed to keep moving, or why it went calm."""
+def _motion_lines(report, kept):
+    """What the loop needed to keep moving, or why it went calm: a line or two after the motion's."""
     figures = report.get("motion") or {}
     family = figures.get("family", "none")
     if family == "wind":
         ratio = figures.get("wind_peak_ratio")
-        words = (f"; it needed gusts up to {ratio:.2g}× the scene's wind (Write Wind, bake.py --write-wind, adds "
-                 "them to the scene)" if ratio is not None else "; it needed gusts in the scene's still air")
+        lines = [f"Gusts: up to {ratio:.2g}× the scene's wind; Write Wind adds them" if ratio is not None
+                 else "Gusts: designed in the scene's still air"]
         again = figures.get("resimulated")
         if again:
-            words += (f". Blender's cloth re-simulated in the written wind: its period {len(again['periods'])} lies "
-                      f"{again['last']:.2g} motions from the loop (RMS, in units of the cache's motion), repeating to "
-                      f"{again['repeats']:.2g}, at {again['speed_ratio']:.0%} of the cache's speed")
-        return words
+            lines.append(f"Blender's re-run: {again['last']:.2g} motions off the loop in period "
+                         f"{len(again['periods'])}, {again['speed_ratio']:.0%} speed")
+        return lines
     if family == "modes":
-        return (f"; it needed gentle pushes (smooth body forces) up to {figures['drive_peak_g']:.2g} g, the scene "
-                "having no wind to gust")
+        return [f"Pushes: gentle body forces up to {figures['drive_peak_g']:.2g} g (the scene has no wind)"]
     if kept < CALMER and figures.get("too_large"):
-        return (". A damped cloth with nothing driving it can only loop by calming down, and this loop is too large "
-                "for the designed gusts (they factor the whole loop at once): fewer frames or vertices keep them")
+        return ["Calmer: too large for gusts; fewer frames or vertices keep them"]
     if kept < CALMER:
-        return (". A damped cloth with nothing driving it can only loop by calming down: Allow Gusts (bake.py "
-                "--gusts) lets the loop design the wind that keeps it moving")
-    return ""
+        return ["Calmer: nothing drives it; Allow Gusts (--gusts) keeps it moving"]
+    return []
 
 
 def verdict_lines(report):
@@ -169,7 +168,7 @@ def verdict_lines(report):
 
 
 def details(report):
-    """The full figures of a report as sentences (the panel wraps them to its width).
+    """The figures of a report in short plain lines (the panel wraps them to its width).
 
     Parameters
     ----------
@@ -180,30 +179,27 @@ def details(report):
     Returns
     -------
     list of str
-        The wrap's jumps, the residuals, the motion kept, the solver's message, the start, the iterations
-        and the problem, one sentence each.
+        The seam, the physics, the motion kept and what it needed, the solver's message when the loop is
+        not a converged one, the run and the mesh, one short line each.
     """
     src, loop = report["source"], report["loop"]
-    lines = [f"Position jump at the wrap: {src['position_jump']:.3g} m in the cache, {loop['position_jump']:.3g} m "
-             f"in the loop ({src['position_jump_ratio']:.2g}× and {loop['position_jump_ratio']:.2g}× an ordinary "
-             "frame)",
-             f"Speed jump at the wrap: {src['velocity_jump']:.3g} m/s in the cache, {loop['velocity_jump']:.3g} m/s "
-             f"in the loop ({src['velocity_jump_ratio']:.2g}× and {loop['velocity_jump_ratio']:.2g}× an ordinary "
-             "frame)",
-             f"Residual (force beyond physics over the physical forces; 0 is pure physics): mean "
-             f"{src['residual_rel_mean']:.3g} in the cache, {loop['residual_rel_mean']:.3g} in the loop; largest "
-             f"{src['residual_rel_max']:.3g} and {loop['residual_rel_max']:.3g}"]
+    lines = [f"Seam: {_times(loop['position_jump_ratio'])} an ordinary frame in position, "
+             f"{_times(loop['velocity_jump_ratio'])} in speed (cache {_times(src['position_jump_ratio'])}, "
+             f"{_times(src['velocity_jump_ratio'])})",
+             f"Physics: {loop['residual_rel_mean']:.0%} of the force unexplained (cache "
+             f"{src['residual_rel_mean']:.0%}; 0% is pure physics)"]
     kept = motion_kept(report)
     if kept is not None:
-        lines.append(f"Motion: the loop moves at {kept:.0%} of the cache's speed ({loop['speed']:.3g} against "
-                     f"{src['speed']:.3g} m/s, RMS over vertices and frames)" + _needed_sentence(report, kept))
-    if report.get("message"):
+        lines.append(f"Motion: {kept:.0%} of the cache's speed ({loop['speed']:.2g} vs {src['speed']:.2g} m/s)")
+        lines += _motion_lines(report, kept)
+    if report.get("message") and report.get("status") not in (CONVERGED, CONVERGED_WITH_SEAM):
         lines.append(f"Solver: {report['message']}")
-    lines.append(f"Started from: {report.get('init_used', '')}"
+    start = report.get("init_used", "")
+    steps = report.get("gauss_newton_iterations", 0) + report.get("fast_projection_iterations", 0)
+    lines.append(f"Run: {steps} steps in {report.get('seconds', 0.0):.0f} s"
+                 + (f", from {STARTS.get(start, start)}" if start else "")
                  + (f" ({report['fallback_reason']})" if report.get("fallback_reason") else ""))
-    lines.append(f"Iterations: {report.get('fast_projection_iterations', 0)} fast projection, "
-                 f"{report.get('gauss_newton_iterations', 0)} Gauss-Newton; {report.get('seconds', 0.0):.1f} s")
     if "model" in report:
-        lines.append(f"Model {report['model']}, {report['n_vertices']} vertices, {report['n_frames']} frames "
-                     f"({report['frames'][0]}–{report['frames'][1]}), {report['substeps']} sub-steps per frame")
+        lines.append(f"Mesh: {report['n_vertices']} vertices, frames {report['frames'][0]}–{report['frames'][1]}, "
+                     f"{report['substeps']} sub-steps ({report['model']})")
     return lines
