@@ -158,6 +158,15 @@ def pins_jump(prob, q):
     return max(ratios) > SEAMLESS_RATIO
 
 
+def seam_advice(prob, q_steps, initial_conditions):
+    """Why a converged loop's wrap can still be seen, and what to change: the pins' prescribed motion jumps at
+    the wrap, or the loop cannot pass smoothly through the first two frames."""
+    if pins_jump(prob, q_steps):
+        return "the pinned vertices' prescribed motion jumps at the wrap: make it return to its start"
+    return ("the loop cannot pass smoothly through the first two frames: try another frame range"
+            + ("" if initial_conditions.startswith("soft") else " or soft initial conditions"))
+
+
 def _race(prob, guesses, backend, iterations, tol, physics_tol, callback, final, options, stage=None):
     """Gauss–Newton for ``iterations`` from each guess (``starts.race``): (name, GaussNewton, its Result)
     of the lowest loss (of the first cancelled run, if one is); with ``final`` > ``iterations`` the two
@@ -224,15 +233,9 @@ def _verdict(prob, res, history, max_iters):
                        f"{after['residual_rel_mean']:.2g} of the forces at play; {wrap}")
     elif res.stop_reason in ("tol", "step_tol"):
         res.status = CONVERGED if seam_unseen else CONVERGED_WITH_SEAM
-        if seam_unseen:
-            res.message = f"converged: seamless, {wrap}"
-        elif pins_jump(prob, res.q_steps):
-            res.message = (f"converged, but the wrap can still be seen: {wrap}{control}; the pinned vertices' "
-                           "prescribed motion jumps at the wrap: make it return to its start")
-        else:
-            res.message = (f"converged, but the wrap can still be seen: {wrap}{control}; the loop cannot pass "
-                           "smoothly through the first two frames: try another frame range"
-                           + ("" if res.initial_conditions.startswith("soft") else " or soft initial conditions"))
+        res.message = (f"converged: seamless, {wrap}" if seam_unseen else
+                       f"converged, but the wrap can still be seen: {wrap}{control}; "
+                       + seam_advice(prob, res.q_steps, res.initial_conditions))
     elif res.stop_reason == "max_iters":
         window = gn[-min(len(gn), 6):]
         rate = (window[0] - window[-1]) / max(window[0], 1e-300) / max(len(window) - 1, 1)

@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from .baselines import closed_clip, crossfade_loop, wrap_gap
-from .loop import LoopResult
+from .loop import LoopResult, seam_advice
 from .metrics import loop_metrics, rms_speed, unseen
 from .optimize import driven
 from .options import DEFAULTS
@@ -122,7 +122,7 @@ def keep_motion(prob, clip, drive, init="cache", max_iters=50, tol=1e-6, callbac
     res.metrics = dict(initial=loop_metrics(prob, q0), loop=loop_metrics(prob, q, drive=f),
                        motion=_motion_figures(prob, drive, theta, f, q, clip, clip_speed))
     res.wind = prob.frames_of(drive.total_wind(theta)) if drive.name == "wind" else None
-    _verdict(res, max_iters)
+    _verdict(prob, res, max_iters)
     return res
 
 
@@ -161,7 +161,7 @@ def motion_words(figures):
     return f"body forces up to {figures['drive_peak_g']:.2g} g"
 
 
-def _verdict(res, max_iters):
+def _verdict(prob, res, max_iters):
     m, motion = res.metrics["loop"], res.metrics["motion"]
     wrap = (f"wrap velocity jump {m['velocity_jump_ratio']:.3g}x and position jump {m['position_jump_ratio']:.3g}x "
             "the median frame boundary")
@@ -173,7 +173,9 @@ def _verdict(res, max_iters):
         res.status, res.message = CONVERGED, f"converged: seamless and {kept}; {wrap}"
     elif res.stop_reason == "tol":
         res.status = CONVERGED if unseen(m) else CONVERGED_WITH_SEAM
-        res.message = (f"converged: {'seamless' if unseen(m) else 'the wrap can still be seen'}, {kept}; {wrap}")
+        res.message = (f"converged: seamless, {kept}; {wrap}" if unseen(m) else
+                       f"converged, but the wrap can still be seen: {kept}; {wrap}; "
+                       + seam_advice(prob, res.q_steps, res.initial_conditions))
     elif res.stop_reason == "max_iters":
         res.status = ITERATION_CAP
         res.message = f"not converged: stopped at the iteration cap ({max_iters}), {kept}; {wrap}"

@@ -418,6 +418,21 @@ def test_written_wind_is_cyclic_and_blenders_cloth_falls_near_the_loop():
     assert again["last"] <= 0.5 and abs(again["last"] - driven["last"]) <= 0.1
 
 
+def test_a_gust_loop_that_cannot_close_says_what_to_change():
+    """Half the flag's swing (12 frames) through hard first frames: with the designed gusts the wrap stays
+    visible, and the loop says so and what to change, as pure physics does."""
+    open_sample("flag")
+    settings = bake._settings(bake.parse_args(["bake.py", "--", "--object", "Flag", "--frames", "49", "60",
+                                               "--substeps", "1", "--soft", "0", "--init", "cache"]))
+    gathered = scene_reader.gather(settings)
+    result = solve.solve(gathered, settings)
+    assert result.drive_family == "wind" and result.status == sc.result.CONVERGED_WITH_SEAM
+    assert result.message.startswith("converged, but the wrap can still be seen")
+    assert result.message.endswith("try another frame range or soft initial conditions")
+    rep = solve.report(gathered, result)
+    assert words.verdict(rep)[0]["headline"] == "Seamless: no"
+
+
 def test_write_wind_is_refused_before_the_solve_without_a_wind(tmp_path):
     path = open_sample("swing", tmp_path)
     with pytest.raises(LoopInputError, match="Write Wind needs a Wind force field"):
