@@ -42,6 +42,20 @@ def _open_glb(normal_turn=0.3, weights=None, scale=(2.0, 2.0, 2.0)):
     return glb_loop.write_glb(doc, writer.blob), frames, normals
 
 
+def _node_matrix(node):
+    """A glTF node's local 4 x 4 matrix (its ``matrix``, column-major, or translation, rotation, scale)."""
+    if "matrix" in node:
+        return np.array(node["matrix"], float).reshape(4, 4).T
+    x, y, z, w = node.get("rotation", [0, 0, 0, 1])
+    rotation = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                         [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                         [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+    matrix = np.eye(4)
+    matrix[:3, :3] = rotation * np.asarray(node.get("scale", [1, 1, 1]), float)
+    matrix[:3, 3] = node.get("translation", [0, 0, 0])
+    return matrix
+
+
 def _played(data, t):
     """What a player shows at time ``t`` (s): world positions (node scale and translation applied) and
     normalized normals, the weights interpolated linearly between keys."""
@@ -54,8 +68,8 @@ def _played(data, t):
     read = lambda i: glb_loop.read_accessor(doc, blob, i).astype(np.float64)  # noqa: E731
     position = read(prim["attributes"]["POSITION"]) + sum(wi * read(tg["POSITION"]) for wi, tg in
                                                            zip(w, prim["targets"]))
-    node = doc["nodes"][0]
-    world = position * node.get("scale", [1, 1, 1]) + node.get("translation", [0, 0, 0])
+    matrix = _node_matrix(doc["nodes"][0])
+    world = position @ matrix[:3, :3].T + matrix[:3, 3]
     normal = None
     if "NORMAL" in prim["attributes"]:
         normal = read(prim["attributes"]["NORMAL"]) + sum(wi * read(tg["NORMAL"]) for wi, tg in
@@ -208,3 +222,31 @@ def test_the_default_glb_of_the_flag_is_at_most_twice_its_raw_data(tmp_path):
     assert figures["glb_bytes"] == (tmp_path / "smooth_quantized.glb").stat().st_size
     print("default GLB / raw data:", figures["ratio"])
     assert figures["ratio"] <= 2.0
+
+
+@pytest.mark.parametrize("form", ["trs", "matrix"])
+def test_the_node_holds_the_step_and_the_centre_and_its_child_stays(form):
+    """The quantized GLB's node scales by the step and moves by its transform of the mesh's centre (the base
+    stored from there): a turned node shows every frame where the float GLB does, and its child stays put."""
+    data, frames, _ = _open_glb()
+    doc, blob = glb_loop.read_glb(data)
+    turn = [0.0, np.sin(0.3), 0.0, np.cos(0.3)]
+    doc["nodes"][0].update(rotation=turn, children=[1])
+    doc["nodes"].append({"name": "Child", "translation": [0.2, -1.0, 3.0], "rotation": turn, "scale": [1, 2, 1]})
+    if form == "matrix":
+        for node in doc["nodes"]:
+            node["matrix"] = _node_matrix(node).T.ravel().tolist()
+            for key in ("translation", "rotation", "scale"):
+                node.pop(key, None)
+    data = glb_loop.write_glb(doc, blob)
+    before = [_node_matrix(nd) for nd in doc["nodes"]]
+    glb, figures = glb_loop.rewrite(data, LOOP, storage="quantized")
+    out = glb_loop.read_glb(glb)[0]
+    after = [_node_matrix(nd) for nd in out["nodes"]]
+    np.testing.assert_allclose(after[0] @ after[1], before[0] @ before[1], atol=1e-9)     # the child's world
+    stored = glb_loop.read_accessor(out, glb_loop.read_glb(glb)[1], out["meshes"][0]["primitives"][0]["attributes"]
+                                    ["POSITION"])
+    assert np.abs(stored).max() < 0.51 * np.ptp(frames[0], axis=0).max() / figures["position_step"] + 1
+    for j in range(N):
+        expected = frames[j] @ before[0][:3, :3].T + before[0][:3, 3]
+        np.testing.assert_allclose(_played(glb, j / FPS)[0], expected, atol=2 * figures["max_quantization_error"] + 1e-6)

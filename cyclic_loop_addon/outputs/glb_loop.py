@@ -7,10 +7,12 @@ its GLB and returns one that
   wraps at the clip's end (three.js ``LoopRepeat``, Godot's looping Animation) interpolates from the last
   sample back to the first like any other step;
 - names the animation ``NAME-loop`` (Godot's importer loops an animation whose name ends in ``-loop`` and
-  drops the suffix) and puts the loop's name, frame count, fps and period in its ``extras.cyclic_loop``;
+  drops the suffix) and puts the loop's name, frame count, fps, period, quantization step and normal basis
+  (its targets, after the N of the frames, and its bound in degrees) in its ``extras.cyclic_loop``;
 - with ``storage`` "quantized": stores the morph targets' positions as 16-bit integers
   (KHR_mesh_quantization, not normalized: the node's scale holds the quantization step, which every importer
-  applies, where Godot 3's importer ignores ``normalized``) and the normals as a basis: the fewest principal
+  applies, where Godot 3's importer ignores ``normalized``; the node's translation holds the mesh's centre,
+  from which the base positions are stored) and the normals as a basis: the fewest principal
   components of the keys' normals that keep every key's normal within ``NORMAL_TOLERANCE`` degrees, each
   in a morph target of its own whose weight the animation keys (the targets of the frames carry none);
 - with ``storage`` "compact": also that basis as normalized 8-bit integers and the weights output as a
@@ -347,31 +349,50 @@ def _rebase(doc, blob, prim, first, deltas, normal):
     return base, base_normal
 
 
-def _scale_nodes(doc, mesh_index, step):
-    """Multiply the scale of every node showing mesh ``mesh_index`` by ``step`` (its children's transforms
-    by 1 / step, so they stay where they were) and return those nodes' indices."""
-    scaled = []
+def _rotate(quaternion, vector):
+    """``vector`` rotated by the unit ``quaternion`` (x, y, z, w)."""
+    q, w = np.asarray(quaternion[:3], float), float(quaternion[3])
+    return vector + 2 * w * np.cross(q, vector) + 2 * np.cross(q, np.cross(q, vector))
+
+
+def _place_nodes(doc, mesh_index, step, centre):
+    """Scale every node showing mesh ``mesh_index`` by ``step`` and move it by its transform of ``centre``
+    (mesh units), so that the mesh's positions stored as (position - centre) / step land where they were;
+    its children's transforms get the inverse, so they stay where they were. Returns those nodes' indices."""
+    placed = []
     for index, node in enumerate(doc.get("nodes", [])):
         if node.get("mesh") != mesh_index:
             continue
         if "matrix" in node:
-            m = np.array(node["matrix"], float).reshape(4, 4)
+            m = np.array(node["matrix"], float).reshape(4, 4)        # column-major: m[i] is column i
+            m[3, :3] += m[:3, :3].T @ centre
             m[:3] *= step
             node["matrix"] = m.ravel().tolist()
         else:
-            node["scale"] = (np.array(node.get("scale", [1.0, 1.0, 1.0])) * step).tolist()
+            scale = np.array(node.get("scale", [1.0, 1.0, 1.0]))
+            if centre.any():
+                moved = _rotate(node.get("rotation", [0.0, 0.0, 0.0, 1.0]), scale * centre)
+                node["translation"] = (np.array(node.get("translation", [0.0, 0.0, 0.0])) + moved).tolist()
+            node["scale"] = (scale * step).tolist()
         for child in node.get("children", []):
             sub = doc["nodes"][child]
             if "matrix" in sub:
                 m = np.array(sub["matrix"], float).reshape(4, 4)
                 m[:3] /= step
-                m[3, :3] /= step
+                m[3, :3] = (m[3, :3] - centre) / step
                 sub["matrix"] = m.ravel().tolist()
             else:
-                sub["translation"] = (np.array(sub.get("translation", [0.0, 0.0, 0.0])) / step).tolist()
+                sub["translation"] = ((np.array(sub.get("translation", [0.0, 0.0, 0.0])) - centre) / step).tolist()
                 sub["scale"] = (np.array(sub.get("scale", [1.0, 1.0, 1.0])) / step).tolist()
-        scaled.append(index)
-    return scaled
+        placed.append(index)
+    return placed
+
+
+def _moved_by_animation(doc, mesh_index):
+    """Whether an animation moves, turns or scales a node showing mesh ``mesh_index``."""
+    nodes = {i for i, node in enumerate(doc.get("nodes", [])) if node.get("mesh") == mesh_index}
+    return any(ch["target"].get("node") in nodes and ch["target"].get("path") in ("translation", "rotation", "scale")
+               for animation in doc.get("animations", []) for ch in animation["channels"])
 
 
 def _mesh_normal_basis(prims, normal, base_normals, samplers, compact):
@@ -492,8 +513,17 @@ def rewrite(data, loop, storage="quantized", normals=True):
         step = largest / SHORT_MAX if largest > 0 else 1.0
         for prim in mesh["primitives"]:
             key = prim["attributes"]["POSITION"]
-            base = bases[key] if key in bases else read_accessor(doc, blob, key).astype(np.float64)
-            replaced[key] = _accessor(writer, (base / step).astype(np.float32), vertex=True, bounds=True)
+            if key not in bases:
+                bases[key] = read_accessor(doc, blob, key).astype(np.float64)
+        # The positions stored from the centre of their box (the node's translation carries it): a player's
+        # float32 sums of them (Godot's base * (1 - sum w) + sum w * shape) round at the mesh's size.
+        low = np.min([b.min(axis=0) for b in bases.values()], axis=0)
+        high = np.max([b.max(axis=0) for b in bases.values()], axis=0)
+        centre = np.zeros(3) if _moved_by_animation(out, mesh_index) else 0.5 * (low + high)
+        for prim in mesh["primitives"]:
+            key = prim["attributes"]["POSITION"]
+            base = bases[key]
+            replaced[key] = _accessor(writer, ((base - centre) / step).astype(np.float32), vertex=True, bounds=True)
             targets = prim.get("targets", [])
             extra = [{} for _ in range(k)]
             moved = [t for t in targets if "POSITION" in t]
@@ -520,7 +550,7 @@ def rewrite(data, loop, storage="quantized", normals=True):
                                  [np.zeros_like(arrays[0])] * len(targets) + arrays, normalized=basis["normalized"])
             if k:
                 prim["targets"] = targets + extra
-        scaled.update(_scale_nodes(out, mesh_index, step))
+        scaled.update(_place_nodes(out, mesh_index, step, centre))
         figures["position_step"] = step
         for extension in ("extensionsUsed", "extensionsRequired"):
             out[extension] = sorted(set(out.get(extension, [])) | {QUANTIZATION})
@@ -549,7 +579,8 @@ def rewrite(data, loop, storage="quantized", normals=True):
         animation["name"] = f"{loop['name']}-loop"
         animation.setdefault("extras", {})["cyclic_loop"] = {
             "name": loop["name"], "frame_count": loop["frame_count"], "fps": loop["fps"], "period": period,
-            "position_step": figures["position_step"],
+            "position_step": figures["position_step"], "normal_targets": figures["normal_targets"],
+            "normal_error": figures["normal_error"],
             "closing_key": "the last key, at t = period, repeats the first: wrap at the clip's end"}
 
     return _repack(doc, blob, out, writer, replaced), figures
