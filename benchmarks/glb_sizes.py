@@ -52,7 +52,20 @@ def sizes(folder, options, sample="flag", obj="Flag", frames=(49, 72)):
 
 
 def breakdown(data):
-    """Bytes of GLB ``data`` by part (``PARTS``): each bufferView counted once under what its accessors hold."""
+    """Bytes of a GLB by part.
+
+    Parameters
+    ----------
+    data : bytes
+        The GLB.
+
+    Returns
+    -------
+    dict
+        Bytes of each of ``PARTS``: the GLB's and its chunks' headers, the JSON chunk (with its padding), each
+        bufferView of the binary chunk once under what its accessors hold, and the rest of the binary chunk
+        (alignment) as padding.
+    """
     from cyclic_loop_addon.outputs import glb_loop
     doc, blob = glb_loop.read_glb(data)
     json_length = struct.unpack_from("<I", data, 12)[0]

@@ -141,8 +141,8 @@ def test_storages_hold_what_they_say():
         assert {t["POSITION"] for t in basis} == {frame_targets[0]["POSITION"]}
         zero = doc["accessors"][frame_targets[0]["POSITION"]]
         assert zero["min"] == zero["max"] == [0, 0, 0]
-        normal_kinds = {(doc["accessors"][t["NORMAL"]]["componentType"], doc["accessors"][t["NORMAL"]].get("normalized"))
-                        for t in basis}
+        normal_kinds = {(doc["accessors"][t["NORMAL"]]["componentType"],
+                         doc["accessors"][t["NORMAL"]].get("normalized")) for t in basis}
         assert normal_kinds == ({(5120, True)} if storage == "compact" else {(5126, None)})   # int8 normalized / float
         assert len(doc["meshes"][0]["weights"]) == N + len(basis)
     compact = docs["compact"]
@@ -249,4 +249,5 @@ def test_the_node_holds_the_step_and_the_centre_and_its_child_stays(form):
     assert np.abs(stored).max() < 0.51 * np.ptp(frames[0], axis=0).max() / figures["position_step"] + 1
     for j in range(N):
         expected = frames[j] @ before[0][:3, :3].T + before[0][:3, 3]
-        np.testing.assert_allclose(_played(glb, j / FPS)[0], expected, atol=2 * figures["max_quantization_error"] + 1e-6)
+        np.testing.assert_allclose(_played(glb, j / FPS)[0], expected,
+                                   atol=2 * figures["max_quantization_error"] + 1e-6)

@@ -244,16 +244,24 @@ def _unit(vectors):
     return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
 
 
-def _played_error(base, keyed, approx, segments):
-    """A bound, in degrees, on the angle between the normal a player shows from ``approx`` and from ``keyed``
-    ((R, n, 3) deltas from ``base`` at R keys), at the keys and anywhere between the two keys of each of
-    ``segments`` ((S, 2) key indices): the player blends the keys linearly and normalizes, so the error vector
-    on a segment is at most the larger of its ends' and the normal at least the segment's distance from 0."""
-    error = np.linalg.norm(approx - keyed, axis=-1)
+def _shortest(base, keyed, segments):
+    """The shortest normal (before normalizing) a player blends on each of ``segments`` ((S, 2) key
+    indices) from the deltas ``keyed`` ((R, n, 3)) on ``base``: (S, n), the distance of each segment from 0."""
     start, end = base + keyed[segments[:, 0]], base + keyed[segments[:, 1]]
     along = end - start
     t = np.clip(-np.sum(start * along, axis=-1) / np.maximum(np.sum(along * along, axis=-1), 1e-30), 0.0, 1.0)
-    shortest = np.linalg.norm(start + t[..., None] * along, axis=-1)
+    return np.linalg.norm(start + t[..., None] * along, axis=-1)
+
+
+def _played_error(base, keyed, approx, segments, shortest=None):
+    """A bound, in degrees, on the angle between the normal a player shows from ``approx`` and from ``keyed``
+    ((R, n, 3) deltas from ``base`` at R keys), at the keys and anywhere between the two keys of each of
+    ``segments`` ((S, 2) key indices): the player blends the keys linearly and normalizes, so the error vector
+    on a segment is at most the larger of its ends' and the normal at least the segment's distance from 0
+    (``shortest``, computed when not given)."""
+    if shortest is None:
+        shortest = _shortest(base, keyed, segments)
+    error = np.linalg.norm(approx - keyed, axis=-1)
     ratio = np.maximum(error[segments[:, 0]], error[segments[:, 1]]) / np.maximum(shortest, 1e-30)
     return float(np.degrees(np.arcsin(np.minimum(ratio, 1.0))).max(initial=0.0))
 
@@ -293,13 +301,17 @@ def normal_basis(base, keyed, tolerance=NORMAL_TOLERANCE, segments=None, levels=
         The bound on the angle (``tolerance`` at most, unless even every component does not reach it).
     """
     keyed = np.asarray(keyed, np.float64)
-    rows = len(keyed)
+    rows, n = len(keyed), keyed.shape[1]
     if segments is None:
         segments = np.stack([np.arange(rows), (np.arange(rows) + 1) % rows], axis=1)
-    u, s, vt = np.linalg.svd(keyed.reshape(rows, -1), full_matrices=False)
+    flat = keyed.reshape(rows, -1)
+    # The left singular vectors from the keys' Gram matrix (R x R, cheap for any mesh); the projection on the
+    # first k, u_k (u_k^T keyed), divides by no singular value.
+    values, vectors = np.linalg.eigh(flat @ flat.T)
+    u = vectors[:, np.argsort(values)[::-1][:min(rows, flat.shape[1])]]
 
     def stored(k):
-        coefficients, basis = u[:, :k] * s[:k], vt[:k].reshape(k, *keyed.shape[1:])
+        coefficients, basis = u[:, :k], (u[:, :k].T @ flat).reshape(k, n, 3)
         if levels:
             top = np.abs(basis).max(axis=(1, 2), initial=0.0)
             top[top == 0] = 1.0
@@ -309,11 +321,20 @@ def normal_basis(base, keyed, tolerance=NORMAL_TOLERANCE, segments=None, levels=
         scale[scale == 0] = 1.0
         return coefficients / scale, basis * scale[:, None, None]
 
+    chunk = max(1, 2 ** 21 // (3 * rows))         # vertices at a time: temporaries of a few MB, any mesh
+    parts = [slice(at, at + chunk) for at in range(0, n, chunk)]
+    shortest = [_shortest(base[part], keyed[:, part], segments) for part in parts]
+
     def error(k):
         coefficients, basis = stored(k)
-        return _played_error(base, keyed, np.einsum("rk,knc->rnc", coefficients, basis), segments)
+        worst = 0.0
+        for part, floor in zip(parts, shortest):
+            some = basis[:, part]
+            approx = (coefficients @ some.reshape(k, 3 * some.shape[1])).reshape(rows, -1, 3)
+            worst = max(worst, _played_error(base[part], keyed[:, part], approx, segments, floor))
+        return worst
 
-    low, high = -1, len(s)      # bisection for the smallest k within tolerance (all of them: rounding only)
+    low, high = -1, u.shape[1]  # bisection for the smallest k within tolerance (all of them: rounding only)
     while high - low > 1:
         middle = (low + high) // 2
         if error(middle) <= tolerance:
@@ -399,10 +420,10 @@ def _mesh_normal_basis(prims, normal, base_normals, samplers, compact):
     """``normal_basis`` of one mesh, all its primitives at once (the weights are the mesh's); None where it
     does not apply: no target normals, or a weights animation that is CUBICSPLINE (or none).
 
-    Returns a dict: ``arrays`` {id(prim): its k basis arrays (n, 3), as stored: float32, or in ``compact``
-    int8 of normalized values (``normalized``) where bytes reach the tolerance}, ``coefficients`` {(animation, sampler): (keys, k)}, ``project`` (a targets'
-    weight vector -> its k basis weights, for the mesh's default weights), ``count`` k and ``error`` (the
-    bound on the angle, in degrees)."""
+    Returns a dict: ``arrays`` {id(prim): its k basis arrays (n, 3) as stored: float32, or in ``compact``
+    int8 of normalized values where bytes reach the tolerance (then ``normalized``)}, ``coefficients``
+    {(animation, sampler): (keys, k)}, ``project`` (a targets' weight vector -> its k basis weights, for the
+    mesh's default weights), ``count`` k and ``error`` (the bound on the angle, in degrees)."""
     with_normals = [p for p in prims if "NORMAL" in p["attributes"] and any(id(t) in normal for t in p["targets"])]
     if not with_normals or not samplers or any(i not in ("LINEAR", "STEP") for _, i, _ in samplers):
         return None
@@ -541,7 +562,7 @@ def rewrite(data, loop, storage="quantized", normals=True):
                 _in_one_view(writer, out, large, "NORMAL", [normal[id(t)].astype(np.float32) for t in large])
                 _in_one_view(writer, out, small, "NORMAL",
                              [np.round(normal[id(t)] * BYTE_MAX).astype(np.int8) for t in small], normalized=True)
-            else:               # the frames' targets carry no normals, the basis' targets no positions
+            else:       # the basis' targets hold the normals: the frames' share a zero normal array
                 for t in targets:
                     t.pop("NORMAL", None)
                 if k and id(prim) in basis["arrays"]:
