@@ -13,7 +13,7 @@ bpy = pytest.importorskip("bpy")
 
 from blender_helpers import ROOT, evaluated_local, open_sample, settings, sha256  # noqa: E402
 from cyclic_loop_addon import bake  # noqa: E402
-from cyclic_loop_addon.outputs import export, gltf, vat, web_preview, writeback
+from cyclic_loop_addon.outputs import export, glb_loop, gltf, vat, web_preview, writeback
 from cyclic_loop_addon.pipeline import scene_reader
 from cyclic_loop_addon.errors import LoopInputError  # noqa: E402
 from cyclic_loop_addon.core import sc  # noqa: E402
@@ -213,9 +213,10 @@ def _rest_of(obj):
 
 @pytest.mark.parametrize("storage", gltf.STORAGES)
 def test_glb_holds_one_closed_period_and_reimports_as_the_loop(tmp_path, storage):
-    """N targets, N + 1 keys (the last at N / fps repeating the first), the loop's figures in the animation's
-    extras; Blender's importer reads every storage back as the loop (world space: a quantized file's node
-    scale holds the step), within half a quantization step."""
+    """N targets of the frames (then, quantized and compact, those of the normal basis), N + 1 keys (the last
+    at N / fps repeating the first), the loop's figures in the animation's extras; Blender's importer reads
+    every storage back as the loop (world space: a quantized file's node scale holds the step, its
+    translation the mesh's centre), within half a quantization step."""
     g, q = _flag()
     local = writeback.local_loop(g, q)
     path = str(tmp_path / "flag.glb")
@@ -230,8 +231,10 @@ def test_glb_holds_one_closed_period_and_reimports_as_the_loop(tmp_path, storage
     n = g.n_frames
     assert sampler["interpolation"] == "LINEAR" and animation["channels"][0]["target"]["path"] == "weights"
     assert times["count"] == n + 1 and times["min"] == [0] and times["max"][0] == pytest.approx(n / 24)
-    assert weights["count"] == (n + 1) * n and ("sparse" in weights) == (storage == "compact")
-    assert len(doc["meshes"][0]["primitives"][0]["targets"]) == n
+    k = figures["normal_targets"]
+    assert (k > 0) == (storage != "float") and figures["normal_error"] <= glb_loop.NORMAL_TOLERANCE
+    assert weights["count"] == (n + 1) * (n + k) and ("sparse" in weights) == (storage == "compact")
+    assert len(doc["meshes"][0]["primitives"][0]["targets"]) == n + k
     assert animation["name"] == "Flag-loop" and animation["extras"]["cyclic_loop"] == {
         **animation["extras"]["cyclic_loop"], "name": "Flag", "frame_count": n, "fps": 24.0, "period": n / 24}
     (node,) = [nd for nd in doc["nodes"] if "mesh" in nd]
@@ -244,7 +247,7 @@ def test_glb_holds_one_closed_period_and_reimports_as_the_loop(tmp_path, storage
     bpy.ops.import_scene.gltf(filepath=path)
     (obj,) = [ob for ob in bpy.data.objects if ob.type == "MESH"]
     keys = obj.data.shape_keys
-    assert len(keys.key_blocks) == n + 1
+    assert len(keys.key_blocks) == n + k + 1
     (frames,) = {tuple(round(k.co[0], 3) for k in fc.keyframe_points) for fc in writeback._fcurves(keys, "")}
     assert len(frames) == n + 1 and np.allclose(np.diff(frames), 1.0)        # N keys and the closing one
     to_world = np.array(obj.matrix_world)

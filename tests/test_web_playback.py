@@ -5,7 +5,8 @@ as Blender plays it (bpy wheel).
 One headless bake of the flag sample writes the loop (.blend), the GLB, the VAT and the web page, and two
 more bakes write the GLB's other storages and shadings; the GLBs play as imported (no code of the project's
 in the player) across two periods in steps of 1 / fps and of 0.37 / fps, the VAT across several wraps, and
-the wrap must be as smooth there as in Blender.
+the wrap must be as smooth there as in Blender. The default GLB's normals (a basis of a few morph targets)
+must show as the float GLB's (a normal per target) do in each player.
 """
 import base64
 import json
@@ -34,6 +35,8 @@ GODOT_GLBS = ("flag.glb", "flag_float_flat.glb")      # Godot 3 reads neither sp
 # The same exports of a travelling wave over the flag: every sample the same distance from the next, the wrap
 # included, so a player's wrap step is the only step that can stand out (the baked loop's own wrap is uneven).
 WAVES = {f"wave{name[4:]}": options for name, options in GLBS.items()}
+# The wave with a float normal per target, smooth: the normals the default GLB's basis stands for.
+WAVES["wave_float_smooth.glb"] = {"shading": "smooth", "storage": "float"}
 
 
 def node(script, *args, timeout=300):
@@ -158,13 +161,14 @@ def test_glbs_close_the_loop_and_carry_its_figures(baked):
         assert extras["name_in_file"] == "Flag-loop"
         np.testing.assert_allclose(extras["times"], np.arange(n + 1) / 24, atol=1e-6)
         np.testing.assert_array_equal(extras["weights"][-1], extras["weights"][0])
-        np.testing.assert_array_equal(extras["weights"][:n], np.eye(n))
+        np.testing.assert_array_equal(extras["weights"][:n, :n], np.eye(n))      # then the normal basis' weights
+        assert extras["weights"].shape == (n + 1, n + extras["normal_targets"])
         sizes[name] = (baked["out"] / name).stat().st_size / raw
     print("GLB size / raw data:", sizes)
     compact = glb_figures(baked["out"] / "flag_compact_flat.glb")["doc"]
     (weights,) = [a for a in compact["accessors"] if "sparse" in a]
     assert "bufferView" not in weights and weights["sparse"]["count"] == n + 1
-    assert sizes["flag_compact_flat.glb"] <= 2.0
+    assert sizes["flag_compact_flat.glb"] <= 2.0 and sizes["flag.glb"] <= 2.0
     assert sizes["flag.glb"] < sizes["flag_float_flat.glb"] / 2.5
 
 
@@ -208,7 +212,7 @@ def test_three_js_plays_each_glb_as_imported_seamlessly(baked, three):
     ratios = {}
     for name in GLBS:
         glb, extras = three["glbs"][name], glb_figures(baked["out"] / name)
-        assert glb["loop"]["frame_count"] == n and glb["targets"] == n
+        assert glb["loop"]["frame_count"] == n and glb["targets"] == n + extras["normal_targets"]
         assert glb["duration"] == pytest.approx(n / baked["fps"])
         ratios[name] = _check_runs(glb["runs"], baked["loop"], baked["fps"], extras, f"three.js {name}", False)
         halfway = 0.5 * (baked["loop"][n - 1] + baked["loop"][0])      # the wrap interpolated like any step
@@ -269,7 +273,9 @@ def godot_play(glb, folder, fps, n_frames):
     samples = {r["name"]: [s for s in lines[1:] if s["run"] == r["name"]] for r in runs}
     head = dict(lines[0], rest=exact(lines[0]["rest"]).reshape(-1, 3))
     return head, {name: {"frames": [exact(s["positions"]).reshape(-1, 3) for s in run],
-                         "times": [exact(s["time"])[0] for s in run]} for name, run in samples.items()}
+                         "times": [exact(s["time"])[0] for s in run],
+                         "normals": [exact(s["normals"]).reshape(-1, 3) for s in run if "normals" in s]}
+                  for name, run in samples.items()}
 
 
 def exact(text):
@@ -284,12 +290,54 @@ def test_godot_3_plays_the_glb_as_imported_seamlessly(baked, tmp_path, name):
     than the loop's own (the wave's within 1.2 times the median step)."""
     n = baked["n_frames"]
     head, runs = godot_play(baked["out"] / name, tmp_path / "godot", baked["fps"], n)
-    assert head["loop"] and head["length"] == pytest.approx(n / baked["fps"]) and head["blend_shapes"] == n
-    assert head["normals"]
+    extras = glb_figures(baked["out"] / name)
+    assert head["loop"] and head["length"] == pytest.approx(n / baked["fps"])
+    assert head["blend_shapes"] == n + extras["normal_targets"] and head["normals"]
     wave = name.startswith("wave")
-    ratios = _check_runs(runs, baked["wave" if wave else "loop"], baked["fps"], glb_figures(baked["out"] / name),
-                         f"Godot {name}", wave)
+    ratios = _check_runs(runs, baked["wave" if wave else "loop"], baked["fps"], extras, f"Godot {name}", wave)
     print(f"Godot 3 {name} wrap step / median step:", ratios)
+
+
+def shown_normals(runs, loop, within):
+    """The normals a player showed in its run at 1 / fps (keys), (samples, n, 3), in the loop's vertex order
+    (each played vertex matched to the loop's by its frame-0 position: smooth shading splits none)."""
+    frames = np.reshape(runs["frame"]["frames"], (len(runs["frame"]["times"]), -1, 3))
+    index = _original_vertex(frames[0], loop[0], within)
+    assert sorted(index.tolist()) == list(range(len(loop[0])))
+    normals = np.empty_like(frames)
+    normals[:, index] = np.reshape(runs["frame"]["normals"], frames.shape)
+    return normals
+
+
+def degrees_between(a, b):
+    """Angles (degrees) between unit vectors ``a`` and ``b`` (..., 3)."""
+    return np.degrees(np.arccos(np.clip(np.sum(a * b, axis=-1), -1.0, 1.0)))
+
+
+def test_players_show_the_float_glbs_normals_from_the_default_basis(baked, three, tmp_path):
+    """The default GLB of the wave holds its normals as a basis of a few morph targets; at every key of two
+    periods each player shows the normals it shows from the float GLB (a normal per target): three.js (float
+    normals) within the basis' bound; Godot 3, which stores every normal in 8 bits (nearest of 1 / 127 a
+    component, r = sqrt(3) / 254 a vector; the shapes' normals are absolute), within that bound plus
+    asin(r (2 + 2 k)): the base's and each of the k basis shapes' rounding (weights within [-1, 1]) twice,
+    and the float GLB's own."""
+    default, reference = "wave.glb", "wave_float_smooth.glb"
+    extras = glb_figures(baked["out"] / default)
+    k, bound = extras["normal_targets"], extras["normal_error"]
+    assert k > 0 and bound <= glb_loop.NORMAL_TOLERANCE
+    within = 2 * tolerance(extras)
+    godot = {name: godot_play(baked["out"] / name, tmp_path / name, baked["fps"], baked["n_frames"])[1]
+             for name in (default, reference)}
+    r = math.sqrt(3) / 254
+    for player, runs, most in (("three.js", {n: three["glbs"][n]["runs"] for n in (default, reference)},
+                                bound + 1e-3),
+                               ("Godot 3", godot, bound + math.degrees(math.asin(r * (2 + 2 * k))))):
+        shown = {n: shown_normals(runs[n], baked["wave"], within) for n in (default, reference)}
+        moved = degrees_between(shown[reference], shown[reference][:1]).max()
+        error = degrees_between(shown[default], shown[reference]).max()
+        print(f"{player}: default GLB's normals within {error:.3f} degrees of the float GLB's (bound {most:.3f}; "
+              f"they turn by up to {moved:.2f} degrees)")
+        assert error <= most and moved > 3 * most, (player, error, most, moved)
 
 
 def open_clip(path, to):

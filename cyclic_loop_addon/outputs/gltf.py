@@ -4,7 +4,7 @@ One period: N morph targets and N + 1 keyframes at t = j * step / fps, linear in
 (t = N * step / fps) repeating the first, so that a player that wraps at the clip's end (three.js's default
 ``LoopRepeat``, Godot's looping Animation) plays the loop seamlessly as imported. Blender's exporter writes
 the mesh and the N open keys; ``glb_loop.rewrite`` adds the closing key, the animation's extras and, with
-``storage``, the quantized targets and sparse weights (docs/design/exports.md).
+``storage``, the quantized targets, the normal basis and sparse weights (docs/design/exports.md).
 """
 import base64
 import json
@@ -27,10 +27,12 @@ SHADING_ITEMS = (
 STORAGES = glb_loop.STORAGES
 # (name, label, description) of each storage: the panel's enum items; bake.py's --glb-storage choices.
 STORAGE_ITEMS = (
-    ("float", "Float", "Every value a 32-bit float, the weights dense: read by any glTF 2.0 importer"),
+    ("float", "Float", "Every value a 32-bit float, a normal per vertex and target, the weights dense: read by "
+     "any glTF 2.0 importer"),
     ("quantized", "Quantized", "Morph-target positions as 16-bit integers (KHR_mesh_quantization), the node's "
-     "scale holding the step: three.js and Godot 3 play it"),
-    ("compact", "Compact", "Quantized, the normals of the targets 8-bit, only the nonzero weights stored (sparse "
+     "scale holding the step; the normals as a few float morph targets within half a degree: three.js and "
+     "Godot 3 play it"),
+    ("compact", "Compact", "Quantized, the normal targets 8-bit, only the nonzero weights stored (sparse "
      "accessor), flat shading without normals: three.js plays it, Godot 3's importer does not"),
 )
 DEFAULTS = {"shading": "smooth", "storage": "quantized"}
@@ -149,6 +151,9 @@ def export_gltf(gathered, q, path, context=None, shading=DEFAULTS["shading"], st
 def size_line(figures):
     """The glTF file's size against the raw data it holds, in words (bake.py and the panel say it)."""
     step = f", positions quantized in steps of {figures['position_step']:.2g} m" if figures["position_step"] else ""
+    if figures["normal_targets"]:
+        step += (f", normals from {figures['normal_targets']} morph targets within "
+                 f"{figures['normal_error']:.2f} degrees")
     return (f"glTF {os.path.basename(figures['path'])}: {figures['glb_bytes'] / 1024:.1f} KiB, "
             f"{figures['ratio']:.2f} x the raw data ({figures['raw_bytes'] / 1024:.1f} KiB: vertices x frames x 3 "
             f"float32; {figures['shading']} shading, {figures['storage']} storage{step})")

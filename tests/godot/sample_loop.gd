@@ -5,7 +5,8 @@
 # The settings come from res://sample.json: the scene, the time steps and how many samples of each.
 # Godot 3 blends blend shapes on the GPU, so the morphed positions are summed here the way its
 # BLEND_SHAPE_MODE_NORMALIZED meshes are: base * (1 - sum w) + sum w * shape (the importer's shapes are
-# absolute positions), then taken to the scene's space with the MeshInstance's global transform.
+# absolute positions), then taken to the scene's space with the MeshInstance's global transform; the normals
+# the same way (the shapes' normals are absolute too), normalized, in the mesh's space.
 extends SceneTree
 
 
@@ -35,7 +36,18 @@ func _vectors(array):
 	return Marshalls.raw_to_base64(buffer.data_array)
 
 
-func _positions(instance, mesh, base, shapes, xform):
+func _blend(base, shapes, weights, total):
+	var out = []
+	for v in range(base.size()):
+		var p = base[v] * (1.0 - total)
+		for i in range(shapes.size()):
+			if weights[i] != 0.0:
+				p += shapes[i][v] * weights[i]
+		out.append(p)
+	return out
+
+
+func _positions(instance, mesh, base, shapes, normals, shape_normals, xform):
 	var weights = []
 	var total = 0.0
 	for i in range(mesh.get_blend_shape_count()):
@@ -43,13 +55,15 @@ func _positions(instance, mesh, base, shapes, xform):
 		weights.append(w)
 		total += w
 	var out = []
-	for v in range(base.size()):
-		var p = base[v] * (1.0 - total)
-		for i in range(shapes.size()):
-			if weights[i] != 0.0:
-				p += shapes[i][v] * weights[i]
+	for p in _blend(base, shapes, weights, total):
 		out.append(xform.xform(p))
-	return {"weights": _exact(weights), "positions": _vectors(out)}
+	var sample = {"weights": _exact(weights), "positions": _vectors(out)}
+	if normals != null:
+		var shown = []
+		for n in _blend(normals, shape_normals, weights, total):
+			shown.append(n.normalized())
+		sample["normals"] = _vectors(shown)
+	return sample
 
 
 func _initialize():
@@ -67,8 +81,10 @@ func _initialize():
 	var arrays = mesh.surface_get_arrays(0)
 	var base = arrays[Mesh.ARRAY_VERTEX]
 	var shapes = []
+	var shape_normals = []
 	for shape in mesh.surface_get_blend_shape_arrays(0):
 		shapes.append(shape[Mesh.ARRAY_VERTEX])
+		shape_normals.append(shape[Mesh.ARRAY_NORMAL])
 	var xform = instance.global_transform
 	print(to_json({"animations": names, "length": animation.length, "loop": animation.loop,
 		"blend_shape_mode": mesh.blend_shape_mode, "blend_shapes": mesh.get_blend_shape_count(),
@@ -77,7 +93,7 @@ func _initialize():
 		player.play(names[0])
 		player.seek(0.0, true)
 		for k in range(run["samples"]):
-			var sample = _positions(instance, mesh, base, shapes, xform)
+			var sample = _positions(instance, mesh, base, shapes, arrays[Mesh.ARRAY_NORMAL], shape_normals, xform)
 			sample["run"] = run["name"]
 			sample["time"] = _exact([player.current_animation_position])
 			print(to_json(sample))
