@@ -1,10 +1,11 @@
 """The driven (gusts) loop beyond the direct factor's size: a subspace correction and a two-level PCG, measured.
 
-    .venv/bin/python -m benchmarks scale [--cases flag square] [--problem P.npz --clip C.npy] [--modes R]
-        [--iters N] [--polish-iters N] [--pcg-iters N] [--no-direct]
+    .venv/bin/python -m benchmarks scale [--cases flag square] [--problem P.npz --clip C.npy] [--modes R] [--smooth S]
+        [--iters N] [--polish-iters N] [--pcg-iters N] [--no-direct] [--linearization]
 
 Per case (``blender_cloth``'s scenes built, baked and gathered with the bpy module as bake.py's defaults do,
-or a saved problem and its clip), from the start ``keep_motion`` takes (the clip closed at its wrap):
+or a saved problem and its clip), from the start ``keep_motion`` takes (the clip closed at its wrap, or its
+crossfade where it does not nearly repeat):
 
 - ``modes``: how many mass-weighted PCA modes of the clip's frames keep 99% of their variance;
 - ``direct``: the direct driven solve (``optimize.driven.solve``), where ``driven.fits`` takes the loop: the
@@ -12,9 +13,12 @@ or a saved problem and its clip), from the start ``keep_motion`` takes (the clip
 - ``subspace``: Levenberg–Marquardt on the ``DrivenLoss`` restricted to x = x0 + blockdiag(U) z (and the full
   theta): U the PCA modes, the clip's wrap mismatch and the smoothest Laplacian modes (M-orthonormal);
   its reduced normal matrix is formed from the physics rows' products with U, frame block by frame block;
-- ``two-level``: Levenberg–Marquardt in the full space, each direction by PCG on the damped normal equations
-  (matrix-free J^T J products with the speed row), preconditioned by the factored frame blocks of J^T J
-  (theta_j with frame j) plus an exact coarse correction in the subspace of ``subspace`` (additive).
+- ``subspace + two-level``: from the subspace solve's loop, Levenberg–Marquardt in the full space, each direction
+  by PCG on the damped normal equations (matrix-free J^T J products with the speed row), preconditioned by the
+  factored frame blocks of J^T J (theta_j with frame j) plus an exact coarse correction in the subspace
+  (additive).
+
+``--linearization`` prints instead where one linearization's time and memory go at the start.
 
 Each row gives wall seconds, the process's peak resident GB so far, iterations (and PCG iterations), the wrap's
 velocity and position jump ratios, RMS speed over the clip's, the mean relative residual outside the driving
@@ -188,9 +192,10 @@ def sherman_morrison(solve, g, row):
     return step
 
 
-def subspace_solve(loss, x0, sub, clip_speed, max_iters, motion, report=None):
-    """Levenberg–Marquardt on y (x = x0 + E y), the reduced matrix factored sparse (block-banded in time);
-    returns (x, iterations, stop, seconds). ``report(it, loss, seconds, x)`` hears of every iteration."""
+def subspace_solve(loss, x0, sub, max_iters, motion):
+    """Levenberg–Marquardt on y (x = x0 + E y), the reduced matrix factored sparse (block-banded in time). It stops
+    as the direct solve does on its loss ("tol": a relative decrease below TOL or ``motion.settle``;
+    "no_progress"; "max_iters"). Returns (x, iterations, stop, seconds)."""
     t0 = time.perf_counter()
     x = x0.copy()
     parts = loss.blocks(x)
@@ -218,9 +223,7 @@ def subspace_solve(loss, x0, sub, clip_speed, max_iters, motion, report=None):
         x = x + step
         decrease, f = (f - f_new) / max(f, 1e-300), f_new
         parts = loss.blocks(x)
-        if report is not None:
-            report(it, f, time.perf_counter() - t0, x)
-        if decrease < max(1e-6, motion.settle):
+        if decrease < max(TOL, motion.settle):
             stop = "tol"
             break
     return x, it, stop, time.perf_counter() - t0
@@ -255,10 +258,11 @@ def normal_operator(J, row, damping):
     return apply
 
 
-def two_level_solve(loss, x0, sub, clip_speed, max_iters, motion, pcg_iters=200, rtol=1e-3, report=None):
+def two_level_solve(loss, x0, sub, max_iters, motion, pcg_iters=200, rtol=1e-3):
     """Levenberg–Marquardt in the full space, each direction by PCG on the damped normal equations with the
-    two-level preconditioner (the frame blocks' factor plus the coarse solve in the subspace, added); returns
-    (x, iterations, stop, seconds, PCG iterations). ``report(it, loss, seconds, x)`` hears of every iteration."""
+    two-level preconditioner (the frame blocks' factor plus the coarse solve in the subspace, added), each to a
+    relative residual of ``rtol`` within ``pcg_iters``; it stops as ``subspace_solve``. Returns (x, iterations,
+    stop, seconds, PCG iterations)."""
     t0 = time.perf_counter()
     x = x0.copy()
     parts = loss.blocks(x)
@@ -298,9 +302,7 @@ def two_level_solve(loss, x0, sub, clip_speed, max_iters, motion, pcg_iters=200,
         x = x + step
         decrease, f = (f - f_new) / max(f, 1e-300), f_new
         parts = loss.blocks(x)
-        if report is not None:
-            report(it, f, time.perf_counter() - t0, x)
-        if decrease < max(1e-6, motion.settle):
+        if decrease < max(TOL, motion.settle):
             stop = "tol"
             break
     return x, it, stop, time.perf_counter() - t0, total
@@ -375,12 +377,49 @@ def run_case(label, prob, clip, args):
         add("direct", run.seconds, run.x, run.nit)
     t0 = time.perf_counter()
     sub = Subspace(loss, subspace_basis(prob, clip, args.modes, args.smooth))
-    x, it, _, _ = subspace_solve(loss, x0, sub, clip_speed, args.iters, motion)
+    x, it, _, _ = subspace_solve(loss, x0, sub, args.iters, motion)
     seconds = time.perf_counter() - t0
     add(f"subspace (r = {sub.r})", seconds, x, it)
     polish = args.iters if args.polish_iters is None else args.polish_iters
-    x, it2, _, s2, cg = two_level_solve(loss, x, sub, clip_speed, polish, motion, pcg_iters=args.pcg_iters)
+    x, it2, _, s2, cg = two_level_solve(loss, x, sub, polish, motion, pcg_iters=args.pcg_iters)
     add("subspace + two-level", seconds + s2, x, f"{it} + {it2}", cg)
+
+
+def linearization(label, prob, clip, args):
+    """Print where one linearization's time goes at the start: the loss, its Jacobian, the frame blocks and
+    their factor, the coarse matrix, and the first direction by PCG with the blocks alone and with both levels."""
+    t = time.perf_counter()
+
+    def lap(what, extra=""):
+        nonlocal t
+        print(f"{label} | {what} | {time.perf_counter() - t:.1f} s | {peak_gb():.2f} GB peak | {extra}", flush=True)
+        t = time.perf_counter()
+
+    loss, x0, _, _ = setup(prob, clip)
+    lap("the loss")
+    sub = Subspace(loss, subspace_basis(prob, clip, args.modes, args.smooth))
+    parts = loss.blocks(x0)
+    J = sp.vstack([J for name, (_, J) in parts.items() if name != "speed"], format="csr")
+    lap("one Jacobian", f"{J.nnz} nonzeros")
+    row, g, damping = parts["speed"][1], gradient(parts), DEFAULTS.motion.damping0 * loss.metric()
+    B = frame_blocks(loss, J)
+    lap("the frame blocks")
+    Bd = (B + sp.diags(damping)).tocsc()
+    with single_threaded_blas():
+        factor = cholmod.analyze(Bd, mode="supernodal", ordering_method="amd")
+        factor.cholesky_inplace(Bd)
+    lap("their factor", f"{factor.L().nnz} nonzeros")
+    Hc, _, row_c = reduced_system(sub, parts)
+    coarse = make_backend(driven.linear_solver())
+    coarse.bind(prob)
+    coarse.factorize((Hc + DEFAULTS.motion.damping0 * sub.metric(loss.metric())).tocsc())
+    lap("the coarse matrix and its factor")
+    levels = {"blocks": factor,
+              "two-level": lambda v: factor(v) + sub.expand(sherman_morrison(coarse.solve, -sub.restrict(v), row_c))}
+    for name, apply_m in levels.items():
+        with single_threaded_blas():
+            _, n, _ = pcg(normal_operator(J, row, damping), -g, apply_m, 1e-3, args.pcg_iters)
+        lap(f"first direction, {name}", f"{n} PCG")
 
 
 def main(argv=None):
@@ -394,12 +433,16 @@ def main(argv=None):
     p.add_argument("--polish-iters", type=int, help="iterations of the two-level polish at most (default --iters)")
     p.add_argument("--pcg-iters", type=int, default=200, help="PCG iterations per direction at most")
     p.add_argument("--no-direct", action="store_true", help="skip the direct solve")
+    p.add_argument("--linearization", action="store_true",
+                   help="instead of the solves, where one linearization's time goes at the start")
     args = p.parse_args(argv)
-    print(" | ".join(HEADER), flush=True)
+    run = linearization if args.linearization else run_case
+    if not args.linearization:
+        print(" | ".join(HEADER), flush=True)
     if args.problem:
         from solver_core.io import load_problem
-        run_case(args.problem, load_problem(args.problem), np.load(args.clip), args)
+        run(args.problem, load_problem(args.problem), np.load(args.clip), args)
         return
     for name in args.cases:
         prob, clip = gathered(name)
-        run_case(name, prob, clip, args)
+        run(name, prob, clip, args)

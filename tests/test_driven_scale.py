@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import solver_core as sc
 from benchmarks import scale
-from solver_core.options import DEFAULTS
+from solver_core.optimize import driven
+from solver_core.options import DEFAULTS, PHYSICS_TOL, TOL
 
 from test_driven import gust_scene
 
@@ -13,7 +15,7 @@ from test_driven import gust_scene
 @pytest.fixture(scope="module")
 def sheet():
     prob, clip = gust_scene(n_frames=12)
-    loss, x0, clip_speed, _ = scale.setup(prob, clip)
+    loss, x0, _, _ = scale.setup(prob, clip)
     U = scale.subspace_basis(prob, clip, 4, 2)
     sub = scale.Subspace(loss, U)
     E = sp.block_diag([sp.kron(sp.identity(sub.N), sp.csr_matrix(U)), sp.identity(loss.n_theta)], format="csr")
@@ -77,8 +79,8 @@ def test_the_frame_blocks_are_the_block_diagonal_of_the_normal_matrix(sheet):
 
 def test_the_subspace_solve_halves_the_loss_of_its_start(sheet):
     prob, clip, loss, _, sub, _ = sheet
-    _, x0, clip_speed, _ = scale.setup(prob, clip)
-    x, it, stop, _ = scale.subspace_solve(loss, x0, sub, clip_speed, 10, DEFAULTS.motion)
+    _, x0, _, _ = scale.setup(prob, clip)
+    x, it, stop, _ = scale.subspace_solve(loss, x0, sub, 10, DEFAULTS.motion)
     assert loss.value(loss.blocks(x, False)) < 0.5 * loss.value(loss.blocks(x0, False))
     assert it >= 1 and stop in ("tol", "max_iters")
 
@@ -103,3 +105,24 @@ def test_the_speed_row_enters_the_damped_solve_as_its_rank_one_update(sheet):
     g, row = rng.standard_normal(6), rng.standard_normal(6)
     step = scale.sherman_morrison(lambda b: np.linalg.solve(A, b), g, row)
     assert np.allclose(step, np.linalg.solve(A + np.outer(row, row), -g))
+
+
+def test_the_two_level_polish_of_the_subspace_loop_reaches_the_direct_solves_loss(sheet):
+    prob, clip, loss, _, sub, _ = sheet
+    _, x0, clip_speed, _ = scale.setup(prob, clip)
+    direct = driven.solve(loss, x0, clip_speed, 30, TOL, PHYSICS_TOL)
+    x, _, _, _ = scale.subspace_solve(loss, x0, sub, 30, DEFAULTS.motion)
+    x, _, _, _, n_cg = scale.two_level_solve(loss, x, sub, 30, DEFAULTS.motion)
+    assert loss.value(loss.blocks(x, False)) <= 1.05 * loss.value(loss.blocks(direct.x, False))
+    assert n_cg > 0
+
+
+def test_the_linearization_report_names_every_stage(sheet, tmp_path, capsys):
+    prob, clip = sheet[:2]
+    sc.save_problem(str(tmp_path / "p.npz"), prob)
+    np.save(tmp_path / "c.npy", clip)
+    scale.main(["--linearization", "--problem", str(tmp_path / "p.npz"), "--clip", str(tmp_path / "c.npy"),
+                "--modes", "4", "--smooth", "2"])
+    out = capsys.readouterr().out
+    for stage in ("the loss", "one Jacobian", "the frame blocks", "their factor", "first direction, two-level"):
+        assert stage in out
