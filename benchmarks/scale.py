@@ -192,27 +192,25 @@ def sherman_morrison(solve, g, row):
     return step
 
 
-def subspace_solve(loss, x0, sub, max_iters, motion):
-    """Levenberg–Marquardt on y (x = x0 + E y), the reduced matrix factored sparse (block-banded in time). It stops
-    as the direct solve does on its loss ("tol": a relative decrease below TOL or ``motion.settle``;
-    "no_progress"; "max_iters"). Returns (x, iterations, stop, seconds)."""
+def levenberg_marquardt(loss, x0, max_iters, motion, linearize):
+    """Levenberg–Marquardt on ``loss`` from x0 with the direct driven solve's damping rule (divide by 3 after an
+    accepted step, multiply by 4 after a rejected one) and stop ("tol": a relative decrease below TOL or
+    ``motion.settle``; "no_progress"; "max_iters"). ``linearize(parts)`` returns, at a linearization, the
+    function damping -> step (raising NotPositiveDefinite when the damped matrix does not factor). Returns
+    (x, iterations, stop, seconds)."""
     t0 = time.perf_counter()
     x = x0.copy()
     parts = loss.blocks(x)
     f = loss.value(parts)
-    D = sub.metric(loss.metric())
     lam, stop, it = motion.damping0, "max_iters", 0
-    solver = make_backend(driven.linear_solver())
-    solver.bind(loss.prob)
     for it in range(1, max_iters + 1):
-        H, g, row = reduced_system(sub, parts)
+        direction = linearize(parts)
         while True:
             try:
-                solver.factorize((H + lam * D).tocsc())
+                step = direction(lam)
             except NotPositiveDefinite:
                 lam *= 4.0
                 continue
-            step = sub.expand(sherman_morrison(solver.solve, g, row))
             f_new = loss.value(loss.blocks(x + step, jacobian=False))
             if np.isfinite(f_new) and f_new < f:
                 lam = max(lam / 3.0, 1e-9)
@@ -227,6 +225,24 @@ def subspace_solve(loss, x0, sub, max_iters, motion):
             stop = "tol"
             break
     return x, it, stop, time.perf_counter() - t0
+
+
+def subspace_solve(loss, x0, sub, max_iters, motion):
+    """``levenberg_marquardt`` on y (x = x0 + E y), the reduced matrix factored sparse (block-banded in time).
+    Returns (x, iterations, stop, seconds)."""
+    D = sub.metric(loss.metric())
+    solver = make_backend(driven.linear_solver())
+    solver.bind(loss.prob)
+
+    def linearize(parts):
+        H, g, row = reduced_system(sub, parts)
+
+        def direction(lam):
+            solver.factorize((H + lam * D).tocsc())
+            return sub.expand(sherman_morrison(solver.solve, g, row))
+        return direction
+
+    return levenberg_marquardt(loss, x0, max_iters, motion, linearize)
 
 
 # -- the two-level preconditioner --------------------------------------------------------------------------------
@@ -259,53 +275,41 @@ def normal_operator(J, row, damping):
 
 
 def two_level_solve(loss, x0, sub, max_iters, motion, pcg_iters=200, rtol=1e-3):
-    """Levenberg–Marquardt in the full space, each direction by PCG on the damped normal equations with the
+    """``levenberg_marquardt`` in the full space, each direction by PCG on the damped normal equations with the
     two-level preconditioner (the frame blocks' factor plus the coarse solve in the subspace, added), each to a
-    relative residual of ``rtol`` within ``pcg_iters``; it stops as ``subspace_solve``. Returns (x, iterations,
-    stop, seconds, PCG iterations)."""
-    t0 = time.perf_counter()
-    x = x0.copy()
-    parts = loss.blocks(x)
-    f = loss.value(parts)
+    relative residual of ``rtol`` within ``pcg_iters``. Returns (x, iterations, stop, seconds, PCG iterations)."""
     diag = loss.metric()
     D = sub.metric(diag)
-    lam, stop, it, total = motion.damping0, "max_iters", 0, 0
     coarse = make_backend(driven.linear_solver())
     coarse.bind(loss.prob)
-    for it in range(1, max_iters + 1):
+    total = [0]
+
+    def linearize(parts):
         J_all = sp.vstack([J for name, (_, J) in parts.items() if name != "speed"], format="csr")
         row = parts["speed"][1] if "speed" in parts else None
         g = gradient(parts)
         B = frame_blocks(loss, J_all)
         Hc, _, row_c = reduced_system(sub, parts)
-        factor = None
-        while True:
+        factor = []
+
+        def direction(lam):
             Bd = (B + sp.diags(lam * diag)).tocsc()
             with single_threaded_blas():   # the frame blocks' fronts are small (``structured_solve``)
-                factor = cholmod.analyze(Bd, mode="supernodal", ordering_method="amd") if factor is None else factor
-                factor.cholesky_inplace(Bd)
+                if not factor:
+                    factor.append(cholmod.analyze(Bd, mode="supernodal", ordering_method="amd"))
+                factor[0].cholesky_inplace(Bd)
             coarse.factorize((Hc + lam * D).tocsc())
 
             def apply_m(v):
-                return factor(v) + sub.expand(sherman_morrison(coarse.solve, -sub.restrict(v), row_c))
+                return factor[0](v) + sub.expand(sherman_morrison(coarse.solve, -sub.restrict(v), row_c))
 
             with single_threaded_blas():
                 step, n_cg, _ = pcg(normal_operator(J_all, row, lam * diag), -g, apply_m, rtol, pcg_iters)
-            total += n_cg
-            f_new = loss.value(loss.blocks(x + step, jacobian=False))
-            if np.isfinite(f_new) and f_new < f:
-                lam = max(lam / 3.0, 1e-9)
-                break
-            lam *= 4.0
-            if lam > 1e12:
-                return x, it - 1, "no_progress", time.perf_counter() - t0, total
-        x = x + step
-        decrease, f = (f - f_new) / max(f, 1e-300), f_new
-        parts = loss.blocks(x)
-        if decrease < max(TOL, motion.settle):
-            stop = "tol"
-            break
-    return x, it, stop, time.perf_counter() - t0, total
+            total[0] += n_cg
+            return step
+        return direction
+
+    return (*levenberg_marquardt(loss, x0, max_iters, motion, linearize), total[0])
 
 
 # -- the figures -------------------------------------------------------------------------------------------------
