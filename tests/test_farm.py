@@ -202,12 +202,16 @@ def test_a_task_cancelled_with_sigterm_leaves_none_of_its_outputs(tmp_path):
 
 
 def test_memory_estimate_matches_the_measured_peaks():
-    """Measured peaks (benchmarks/results/speed.md, blender_cloth.md): structured 16.3 GB (2,000 x 1,000
-    steps); CHOLMOD 1.04-1.39 GB at 51k unknowns (the flag post and the doughnut), 1.17 GB (the swinging cloth, 121 x 200) and 1.62 GB (the wobbly bar, 128 x 250).
-    The estimate stays within 40 % above and never below by more than 10 %."""
+    """Measured peaks (benchmarks/results/speed.md, blender_cloth.md, motion.md): structured 16.3 GB (2,000 x
+    1,000 steps); CHOLMOD 1.04-1.39 GB at 51k unknowns (the flag post and the doughnut), 1.17 GB (the swinging
+    cloth, 121 x 200) and 1.62 GB (the wobbly bar, 128 x 250); the driven solve (bake.py's defaults, gusts)
+    0.47 GB (the README flag, 70 x 24), 0.63 GB (the gusts flag, 70 x 48), 1.27 GB (the 150-vertex flag, 150 x
+    48). The estimate stays within 40 % above and never below by more than 10 %."""
+    driven = ("linearized", True, False, True, True)
     for measured, args in ((16.3e9, (2000, 1000, "backward")), (1.04e9, (176, 100, "linearized", True)),
                            (1.39e9, (294, 60, "linearized", True)), (1.17e9, (121, 200, "backward")),
-                           (1.62e9, (128, 250, "backward"))):
+                           (1.62e9, (128, 250, "backward")), (0.47e9, (70, 24, *driven)),
+                           (0.63e9, (70, 48, *driven)), (1.27e9, (150, 48, *driven))):
         assert 0.9 * measured <= memory.peak_bytes(*args) <= 1.4 * measured, args
     with pytest.raises(ValueError, match="at least one vertex"):
         memory.peak_bytes(0, 10, "backward")
@@ -229,7 +233,7 @@ def test_step_memory_follows_the_variant_model_and_substeps():
     1.8 M unknowns, 5.3 GB. The designed gusts (the default) factor a loop at once up to the direct solve's
     size, and larger loops are pure physics."""
     flag = dict(vertices=70, substeps=4, physics_substeps=4, scheme="linearized", velocity_terms=True)
-    assert openjd.memory_mib(flag, (49, 60), {}) == 512
+    assert openjd.memory_mib(flag, (49, 60), {}) == 768      # the driven solve: its factor and its Jacobian
     big = dict(flag, vertices=2000)
     shell = openjd.memory_mib(big, (1, 300), {"model": "shell", "substeps": 1, "gusts": False})
     # as Blender cloth the operator also stores the linearized scheme's offset-0 values: 1.1 kB per unknown more

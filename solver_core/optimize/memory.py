@@ -5,7 +5,8 @@ is linear in the unknowns, with the sparse values of one time offset per unknown
 offset the operator stores (``sparse_offsets``: the linearized scheme's Jacobian derivative, the velocity terms,
 the explicit terms' offset -1). The direct solve (CHOLMOD) holds its factor, ``gauss_newton.factor_nonzeros``:
 the loop's matrix is banded in time, so the fill is the unknowns times those of one step (times
-``LinearSolveOptions.factor_fill``). The estimate is of a solve with the default options.
+``LinearSolveOptions.factor_fill``); the driven solve (the designed gusts) holds its Jacobian beside it. The
+estimate is of a solve with the default options.
 """
 from .driven import fits
 from .gauss_newton import auto_structured, factor_nonzeros
@@ -21,6 +22,9 @@ OFFSET_BYTES_PER_UNKNOWN = 1.1e3
 # which this leaves out
 FRAME_BLOCK_BYTES_PER_UNKNOWN = 16.2e3
 BYTES_PER_FACTOR_NONZERO = 16.0       # value and row index, plus CHOLMOD's workspace while factoring
+# the driven solve beside its factor: its Jacobian's pattern and values (the physics rows and the driving
+# force's columns), J^T J and the trial iterates' residual blocks
+DRIVEN_BYTES_PER_UNKNOWN = 33e3
 
 
 def sparse_offsets(scheme, velocity_terms=False, explicit_terms=False):
@@ -51,7 +55,8 @@ def peak_bytes(n_vertices, n_steps, scheme, velocity_terms=False, explicit_terms
         raise ValueError(f"need at least one vertex and one step, got {n_vertices} vertices, {n_steps} steps")
     unknowns = 3 * n_vertices * n_steps
     if driven and fits(unknowns, n_steps):
-        return BASE_BYTES + BYTES_PER_FACTOR_NONZERO * factor_nonzeros(unknowns, n_steps)
+        return (BASE_BYTES + BYTES_PER_FACTOR_NONZERO * factor_nonzeros(unknowns, n_steps)
+                + DRIVEN_BYTES_PER_UNKNOWN * unknowns)
     if auto_structured(unknowns, n_steps, velocity_terms):
         extra = sparse_offsets(scheme, velocity_terms, explicit_terms) - 1
         blocks = FRAME_BLOCK_BYTES_PER_UNKNOWN if soft_frames else 0.0
