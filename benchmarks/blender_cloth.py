@@ -106,17 +106,14 @@ def run_case(name, folder, options=()):
     bpy.ops.wm.save_as_mainfile(filepath=path)
     n_loop = frames[1] - frames[0] + 1
     blender_s = bake_s * n_loop / cached
-    argv = ["bake.py", "--", "--object", obj.name, "--frames", str(frames[0]), str(frames[1]), *options]
-    prob = None
     try:
         forward_s, prob = forward_seconds(obj, frames, options)
     except LoopInputError as e:     # the refusal bake.py gives, before any array of the solve
-        forward_s, refusal = None, str(e)
-    if prob is None:
-        return dict(case=name, vertices=len(obj.data.vertices), frames=n_loop, blender_s=blender_s, refused=refusal)
+        return dict(case=name, vertices=len(obj.data.vertices), frames=n_loop, blender_s=blender_s, refused=str(e))
     report = os.path.join(folder, f"{name}.json")
-    cmd = [sys.executable, os.path.join(ROOT, "cyclic_loop_addon", "bake.py"), path, *argv[1:],
-           "--output", os.path.join(folder, f"{name}_loop.blend"), "--json", report]
+    cmd = [sys.executable, os.path.join(ROOT, "cyclic_loop_addon", "bake.py"), path, "--",
+           "--object", obj.name, "--frames", str(frames[0]), str(frames[1]),
+           "--output", os.path.join(folder, f"{name}_loop.blend"), "--json", report, *options]
     t0 = time.perf_counter()
     status, stdout, stderr, peak_gb = run_measured(cmd)
     seconds = time.perf_counter() - t0
@@ -135,13 +132,14 @@ def run_case(name, folder, options=()):
                 res_loop=loop["residual_rel_mean"], res_cache=source["residual_rel_mean"], refused=None)
 
 
-HEADER = ("case", "route", "verts", "frames", "sub", "unknowns", "s", "peak GB", "Blender s", "x Blender", "x forward",
-          "GN it", "init", "wrap v", "wrap p", "v-jump cache", "speed", "resid loop", "resid cache")
+HEADER = ("case", "route", "verts", "frames", "sub", "unknowns", "s", "peak GB", "Blender s", "x Blender",
+          "x forward", "GN it", "init", "wrap v", "wrap p", "v-jump cache", "speed", "resid loop", "resid cache")
 
 
 def row(r):
     if r["refused"]:
-        return (r["case"], "refused: " + r["refused"], r["vertices"], r["frames"], "", "", "", "", f"{r['blender_s']:.2f}")
+        return (r["case"], "refused: " + r["refused"], r["vertices"], r["frames"], "", "", "", "",
+                f"{r['blender_s']:.2f}")
     return (r["case"], r["route"], r["vertices"], r["frames"], r["substeps"], r["unknowns"], f"{r['seconds']:.1f}",
             f"{r['peak_gb']:.2f}", f"{r['blender_s']:.2f}", f"{r['vs_blender']:.0f}", f"{r['vs_forward']:.0f}",
             r["iterations"], r["init"], f"{r['jump_loop']:.2f}", f"{r['pjump_loop']:.2f}", f"{r['jump_cache']:.2f}",
