@@ -204,9 +204,10 @@ def test_a_task_cancelled_with_sigterm_leaves_none_of_its_outputs(tmp_path):
 def test_memory_estimate_matches_the_measured_peaks():
     """Measured peaks (benchmarks/results/speed.md, blender_cloth.md, motion.md): structured 16.3 GB (2,000 x
     1,000 steps); CHOLMOD 1.04-1.39 GB at 51k unknowns (the flag post and the doughnut), 1.17 GB (the swinging
-    cloth, 121 x 200) and 1.62 GB (the wobbly bar, 128 x 250); the driven solve (bake.py's defaults, gusts)
-    0.47 GB (the README flag, 70 x 24), 0.63 GB (the gusts flag, 70 x 48), 1.27 GB (the 150-vertex flag, 150 x
-    48), 2.71 GB (the 289-vertex square, 289 x 50). The estimate stays within 40 % above and never below by more than 10 %."""
+    cloth, 121 x 200) and 1.62 GB (the wobbly bar, 128 x 250); the driven solve (bake.py with gusts) 0.47 GB
+    (the README flag, 70 x 24), 0.63 GB (the gusts flag, 70 x 48), 1.27 GB (the 150-vertex flag, 150 x 48),
+    2.71 GB (the 289-vertex square, 289 x 50). The estimate stays within 40 % above and never below by more
+    than 10 %."""
     driven = ("linearized", True, False, True, True)
     for measured, args in ((16.3e9, (2000, 1000, "backward")), (1.04e9, (176, 100, "linearized", True)),
                            (1.39e9, (294, 60, "linearized", True)), (1.17e9, (121, 200, "backward")),
