@@ -23,6 +23,7 @@ BENCHMARKS = {
     "flag_model_fit": "bpy module",
     "assembly": "bpy module",
     "motion": "bpy module",
+    "force_budget": "bpy module",
     "scale": "bpy module to gather, CHOLMOD",
     "panel_estimates": "bpy module to gather",
     "engines_vat": "bpy module, godot3-server",

@@ -8,8 +8,9 @@ Blender's cloth re-simulated in them for three periods), and one row is printed 
 frames, wall seconds, peak GB, Gauss–Newton iterations and why they stopped, the wrap's velocity and position
 jump ratios, the loop's RMS speed over the cache's, its RMS distance from the cache over the frames and at frame
 0 (fractions of the cache's motion), the mean relative residual outside the driving force and the cache's,
-the designed wind's peak over the scene wind's, and the re-simulation: its last period's distance from the
-loop and from the period before (the same units).
+the designed wind's peak over the scene wind's, the clip's inertial force over the force of gusts at the bound
+(``motion.force_budget``: above 1 the bounded gusts cannot keep the clip's speed), and the re-simulation: its
+last period's distance from the loop and from the period before (the same units).
 
 Cases: ``readme``: the README's main job (flag.blend, frames 49-72, its options); ``gusts``: flag_gusts.blend
 with bake.py's defaults; ``flag`` and ``square``: ``blender_cloth``'s 150-vertex flag and 1,089-vertex square,
@@ -36,7 +37,7 @@ README_JOB = ["sample_scenes/flag.blend", "--object", "Flag", "--frames", "49", 
               "--substeps", "1", "--soft", "1000", "--iterations", "20"]
 GUSTS_JOB = ["sample_scenes/flag_gusts.blend", "--object", "Flag"]
 HEADER = ("case", "verts", "frames", "s", "peak GB", "GN it", "stop", "wrap v", "wrap p", "speed", "dist",
-          "dist0", "resid", "resid cache", "wind", "resim", "resim repeats")
+          "dist0", "resid", "resid cache", "wind", "force need", "resim", "resim repeats")
 
 
 def bake_job(name, folder):
@@ -75,7 +76,8 @@ def run_case(name, folder, pure=False):
                 wrap_v=rep["loop"]["velocity_jump_ratio"], wrap_p=rep["loop"]["position_jump_ratio"],
                 speed=motion["speed_ratio"], dist=motion["distance"], dist0=motion["first_frame_distance"],
                 resid=rep["loop"]["residual_rel_mean"], resid_cache=rep["source"]["residual_rel_mean"],
-                wind=motion.get("wind_peak_ratio"), resim=again.get("last"), repeats=again.get("repeats"))
+                wind=motion.get("wind_peak_ratio"), force=motion.get("force_needed"), resim=again.get("last"),
+                repeats=again.get("repeats"))
 
 
 def paper_case(name):
@@ -90,7 +92,7 @@ def paper_case(name):
                 stop=res.stop_reason, wrap_v=m["velocity_jump_ratio"], wrap_p=m["position_jump_ratio"],
                 speed=motion["speed_ratio"], dist=motion["distance"], dist0=motion["first_frame_distance"],
                 resid=m["residual_rel_mean"], resid_cache=sc.loop_metrics(prob, clip)["residual_rel_mean"],
-                wind=motion.get("wind_peak_ratio"), resim=None, repeats=None)
+                wind=motion.get("wind_peak_ratio"), force=motion.get("force_needed"), resim=None, repeats=None)
 
 
 def _cell(value, digits=2):
@@ -104,7 +106,7 @@ def _cell(value, digits=2):
 def row(r):
     return (r["case"], r["vertices"], r["frames"], f"{r['seconds']:.1f}", _cell(r["peak_gb"]), r["iterations"],
             r["stop"], _cell(r["wrap_v"]), _cell(r["wrap_p"]), _cell(r["speed"]), _cell(r["dist"]),
-            _cell(r["dist0"]), _cell(r["resid"], 4), _cell(r["resid_cache"], 3), _cell(r["wind"]),
+            _cell(r["dist0"]), _cell(r["resid"], 4), _cell(r["resid_cache"], 3), _cell(r["wind"]), _cell(r["force"]),
             _cell(r["resim"]), _cell(r["repeats"]))
 
 

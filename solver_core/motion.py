@@ -120,7 +120,7 @@ def keep_motion(prob, clip, drive, init="cache", max_iters=50, tol=1e-6, callbac
                      drive_family=drive.name, drive_parameters=theta, linear_solver=run.backend)
     f = drive.forces(q, theta)
     res.metrics = dict(initial=loop_metrics(prob, q0), loop=loop_metrics(prob, q, drive=f),
-                       motion=_motion_figures(prob, drive, theta, f, q, clip, clip_speed))
+                       motion=_motion_figures(prob, drive, theta, f, q, clip, clip_speed, motion.wind_bound))
     res.wind = prob.frames_of(drive.total_wind(theta)) if drive.name == "wind" else None
     _verdict(prob, res, max_iters)
     return res
@@ -135,13 +135,53 @@ def distance_figures(frames, clip):
     return dict(distance=float(np.sqrt(far.mean())) / motion, first_frame_distance=float(np.sqrt(far[0].mean())) / motion)
 
 
-def _motion_figures(prob, drive, theta, f, q, clip, clip_speed):
+def force_budget(prob, drive, clip, wind_bound):
+    """How much more force the clip's motion takes than gusts within the wind bound can give.
+
+    The clip's RMS inertial force M (x_{k+1} - 2 x_k + x_{k-1}) / dt^2 over its inner frames, over the RMS force of
+    a wind of the bound's strength (``wind_bound`` times the scene wind's peak) blowing along every triangle's
+    own normal at the same frames (``Wind.normal_forces``: more than any one wind vector gives), both on the
+    free vertices. Above 1 the bounded gusts cannot keep the loop as lively as the clip: a clip that falls
+    under gravity in a light wind (docs/design/motion.md, Limits).
+
+    Parameters
+    ----------
+    prob : LoopProblem
+        The loop problem.
+    drive : WindDrive, ModesDrive or None
+        The driving family.
+    clip : ndarray, shape (n_frames, n, 3)
+        The simulated clip.
+    wind_bound : float
+        ``MotionOptions.wind_bound``.
+
+    Returns
+    -------
+    float or None
+        The ratio; None for a family other than the wind, no bound, a still scene or a clip of under 3 frames.
+    """
+    clip = np.asarray(clip, dtype=float)
+    if drive is None or drive.name != "wind" or wind_bound <= 0 or len(clip) < 3:
+        return None
+    peak = float(np.linalg.norm(drive.scene, axis=1).max())
+    if peak <= 0:
+        return None
+    free = prob.free_vertices()
+    inertia = prob.model.mass[None, :, None] * (clip[2:] - 2 * clip[1:-1] + clip[:-2]) / prob.dt ** 2
+    gusts = drive.term.normal_forces(clip[1:-1], wind_bound * peak)
+    need, give = (np.sqrt(np.mean(np.sum(x[:, free] ** 2, axis=-1))) for x in (inertia, gusts))
+    return float(need / give) if give > 0 else None
+
+
+def _motion_figures(prob, drive, theta, f, q, clip, clip_speed, wind_bound):
     """Speed over the clip's; distances from it; the wind's peak over the scene wind's peak (wind family); the
-    driving force's peak acceleration over gravity's 9.81 m/s^2."""
+    driving force's peak acceleration over gravity's 9.81 m/s^2; ``force_needed``, the clip's inertial force
+    over the bounded gusts' (``force_budget``)."""
     free = prob.free_vertices()
     accel = np.linalg.norm(f[:, free], axis=-1) / prob.model.mass[free][None, :]
     figures = dict(family=drive.name, speed_ratio=rms_speed(prob.frames_of(q), prob.dt) / clip_speed,
                    drive_peak_g=float(accel.max() / 9.81), wind_peak_ratio=None,
+                   force_needed=force_budget(prob, drive, clip, wind_bound), wind_bound=float(wind_bound),
                    **distance_figures(prob.frames_of(q), clip))
     if drive.name == "wind":
         scene = float(np.linalg.norm(drive.scene, axis=1).max())
@@ -184,5 +224,8 @@ def _verdict(prob, res, max_iters):
         res.message = f"not converged: no step lowers the loss any further, {kept}; {wrap}"
     if motion["speed_ratio"] < KEPT_SPEED and not res.cancelled:
         res.message += f"; calmer than the clip ({motion['speed_ratio']:.0%} of its speed)"
+        if (motion.get("force_needed") or 0.0) > 1.0:
+            res.message += (f": its motion takes {motion['force_needed']:.2g}x the force of gusts within "
+                            f"{motion['wind_bound']:.2g}x the scene's wind (a stronger wind in the scene keeps more)")
     res.success = res.status == CONVERGED
     res.seconds = res.fast_projection_seconds + res.gauss_newton_seconds

@@ -10,11 +10,13 @@ import pytest
 
 import solver_core as sc
 from solver_core.metrics import rms_speed
+from solver_core.motion import force_budget
 from solver_core.optimize import driven
 from solver_core.options import DEFAULTS
 from solver_core.physics.driving import ModesDrive, WindDrive, choose_drive, laplacian_modes
 from solver_core.physics.forward import simulate
 from solver_core.physics.models.cloth import COTTON_YOUNGS_MODULUS, Cloth
+from solver_core.physics.models.base import Model
 from solver_core.physics.models.external import Gravity, Wind
 from solver_core.scenes.nbody import nbody_problem
 from solver_core.scenes.speed_problems import cloth_grid
@@ -127,6 +129,49 @@ def test_with_the_driving_force_off_the_loop_goes_calm_and_says_so():
     assert res.metrics["motion"]["speed_ratio"] < 0.85
     assert "calmer than the clip" in res.message and "allow a driving force" in res.message
     assert res.metrics["motion"]["speed_ratio"] == pytest.approx(rms_speed(res.q, prob.dt) / rms_speed(clip, prob.dt))
+
+
+def in_scene_wind(prob, scale):
+    """``prob`` with its scene wind ``scale`` times as strong."""
+    terms = [Wind(t.n_vertices, t.triangles, scale * t.wind, t.coefficient) if isinstance(t, Wind) else t
+             for t in prob.model.terms]
+    model = Model(prob.model.mass, terms, prob.model.damping, prob.model.velocity_terms)
+    return sc.LoopProblem(model, prob.n_frames, prob.dt, prob.r0, prob.r1, scheme=prob.scheme, pins=prob.pins,
+                          eps0=prob.eps0, eps1=prob.eps1)
+
+
+def test_the_force_budget_is_the_clips_inertia_over_gusts_of_the_bound_along_the_normals():
+    rest, tris = cloth_grid(4, 3, 0.1)                 # flat in the x-z plane: every normal along y
+    cloth = Cloth(rest, tris, youngs_modulus=0.1 * COTTON_YOUNGS_MODULUS)
+    wind = Wind(cloth.n_vertices, tris, np.array([0.0, 3.0, 0.0]), 0.05)
+    pins = np.arange(4) * 3
+    dt, amplitude, omega, frames = 0.02, 0.05, 2 * np.pi * 1.5, np.arange(12)
+    clip = rest + amplitude * np.sin(omega * dt * frames)[:, None, None] * np.array([0.0, 1.0, 0.0])
+    prob = sc.LoopProblem(cloth.add(Gravity(cloth.mass), wind), 12, dt, clip[0], clip[1], scheme="backward",
+                          pins=pins)
+    free = prob.free_vertices()
+    # the sheet translates along its normal: its acceleration in closed form
+    accel = -amplitude * np.sin(omega * dt * frames[1:-1]) * 4 * np.sin(omega * dt / 2) ** 2 / dt ** 2
+    need = np.sqrt(np.mean((accel[:, None] * cloth.mass[None, free]) ** 2))
+    along = wind.forces_in(clip[1:-1], np.tile([0.0, 2 * 3.0, 0.0], (10, 1)))   # the wind law, blowing along y
+    give = np.sqrt(np.mean(np.sum(along[:, free] ** 2, axis=-1)))
+    drive = WindDrive(prob, wind)
+    assert force_budget(prob, drive, clip, 2.0) == pytest.approx(need / give, rel=1e-12)
+    assert force_budget(prob, drive, clip, 4.0) == pytest.approx(need / give / 2, rel=1e-12)
+    assert force_budget(prob, drive, clip, 0.0) is None                  # no bound: no budget
+    assert force_budget(prob, ModesDrive(prob, 3), clip, 2.0) is None    # body forces are not bounded
+
+
+def test_a_calm_loop_in_a_wind_too_weak_for_its_clip_says_how_much_force_it_lacks():
+    prob, clip = gust_scene()
+    assert force_budget(prob, choose_drive(prob), clip, 2.0) < 1          # the gusts' own scene: enough wind
+    weak = in_scene_wind(prob, 0.1)
+    res = sc.loop_clip(weak, clip, init="cache", max_iters=30, options=motion(keep_speed=0.0))
+    figures = res.metrics["motion"]
+    assert figures["force_needed"] == pytest.approx(10 * force_budget(prob, choose_drive(prob), clip, 2.0))
+    assert figures["speed_ratio"] < 0.85 and figures["force_needed"] > 1
+    assert (f"calmer than the clip ({figures['speed_ratio']:.0%} of its speed): its motion takes "
+            f"{figures['force_needed']:.2g}x the force of gusts within 2x the scene's wind") in res.message
 
 
 def test_hard_initial_conditions_stay_hard_on_cloth_with_gusts():

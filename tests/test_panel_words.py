@@ -286,6 +286,13 @@ def test_a_loop_kept_moving_by_designed_gusts_says_what_it_needed():
     calm = dict(rep, loop=dict(rep["loop"], speed=0.1))
     assert words.verdict(calm)[-1] == dict(kind="warn", headline="Motion: calmer than cache",
                                            detail="68% of the cache's speed")
+    weak = dict(calm, motion=dict(figures, force_needed=3.53, wind_bound=2.0))   # the 150-vertex benchmark flag
+    assert words.verdict(weak)[-1] == dict(kind="warn", headline="Motion: calmer than cache",
+                                           detail="68%: wind 3.5× too weak")
+    assert words.details(weak)[3:5] == ["Gusts: up to 1.9× the scene's wind; Write Wind adds them",
+                                        "Calmer: wind too weak: the cache needs 3.5× the force of gusts ≤ 2× wind"]
+    assert all(len(line) <= 3 * LINE_CHARS for line in words.details(weak))
+    assert not any("too weak" in line for line in words.details(calm) + words.details(rep))
 
 
 def read_png(data):

@@ -78,10 +78,12 @@ def verdict(report):
     figures = report.get("motion") or {}
     driven = figures.get("family", "none") != "none"
     if kept is not None and kept < CALMER:
-        out.append(dict(kind="warn", headline="Motion: calmer than cache",
-                        detail=f"{kept:.0%} of the cache's speed" if driven else
-                        f"{kept:.0%} speed: loop too big" if figures.get("too_large") else
-                        f"{kept:.0%} speed: Allow Gusts"))
+        short = figures.get("force_needed") or 0.0      # the clip's force over the bounded gusts'
+        if driven:
+            detail = f"{kept:.0%}: wind {_times(short)} too weak" if short > 1 else f"{kept:.0%} of the cache's speed"
+        else:
+            detail = f"{kept:.0%} speed: loop too big" if figures.get("too_large") else f"{kept:.0%} speed: Allow Gusts"
+        out.append(dict(kind="warn", headline="Motion: calmer than cache", detail=detail))
     elif kept is not None and driven:
         out.append(dict(kind="good", headline="Motion: kept", detail=needed(figures)))
     reason = report.get("fallback_reason")
@@ -137,6 +139,10 @@ def _motion_lines(report, kept):
         ratio = figures.get("wind_peak_ratio")
         lines = [f"Gusts: up to {ratio:.2g}× the scene's wind; Write Wind adds them" if ratio is not None
                  else "Gusts: designed in the scene's still air"]
+        short = figures.get("force_needed") or 0.0
+        if kept < CALMER and short > 1:
+            lines.append(f"Calmer: wind too weak: the cache needs {_times(short)} the force of gusts "
+                         f"≤ {figures.get('wind_bound', 2.0):.2g}× wind")
         again = figures.get("resimulated")
         if again:
             lines.append(f"Blender's re-run: {again['last']:.2g} motions off the loop in period "

@@ -108,6 +108,13 @@ class Wind(ForceTerm):
         f = self.coefficient / 6.0 * np.sum(N * w, -1, keepdims=True) * N / length
         return self._scatter(np.repeat(f[:, :, None, :], 3, axis=2))
 
+    def normal_forces(self, q, strength):
+        """The forces (B, n, 3) at positions q (B, n, 3) of a wind of ``strength`` blowing along every triangle's
+        own normal: the most any wind of that strength pushes each triangle (``c / 6 |w| N`` per corner)."""
+        _, N = self._normals(q)
+        f = self.coefficient / 6.0 * float(strength) * N
+        return self._scatter(np.repeat(f[:, :, None, :], 3, axis=2))
+
     def jacobian_pattern(self):
         return self._pattern
 
