@@ -58,11 +58,9 @@ def budget_row(prob, clip, wind_bound):
     drive = choose_drive(prob)
     free, t = prob.free_vertices(), np.arange(len(clip), dtype=float)
     gravity = sum(term.forces(clip, t) for term in prob.model.terms if isinstance(term, Gravity))
-    peak = float(np.linalg.norm(drive.scene, axis=1).max())
-    inertia = prob.model.mass[None, :, None] * (clip[2:] - 2 * clip[1:-1] + clip[:-2]) / prob.dt ** 2
-    return dict(gravity=_rms(gravity, free), wind=_rms(drive.term.forces(clip, t), free),
-                bound=_rms(drive.term.normal_forces(clip[1:-1], wind_bound * peak), free),
-                inertia=_rms(inertia, free), needed=sc.motion.force_budget(prob, drive, clip, wind_bound))
+    inertia, bound = sc.motion.budget_forces(prob, drive, clip, wind_bound)
+    return dict(gravity=_rms(gravity, free), wind=_rms(drive.term.forces(clip, t), free), bound=bound,
+                inertia=inertia, needed=sc.motion.force_budget(prob, drive, clip, wind_bound))
 
 
 def gust_sweep(prob, clip):

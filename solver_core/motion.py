@@ -135,14 +135,12 @@ def distance_figures(frames, clip):
     return dict(distance=float(np.sqrt(far.mean())) / motion, first_frame_distance=float(np.sqrt(far[0].mean())) / motion)
 
 
-def force_budget(prob, drive, clip, wind_bound):
-    """How much more force the clip's motion takes than gusts within the wind bound can give.
+def budget_forces(prob, drive, clip, wind_bound):
+    """The two forces of ``force_budget``: (the clip's, the bounded gusts'), RMS per free vertex in newtons.
 
-    The clip's RMS inertial force M (x_{k+1} - 2 x_k + x_{k-1}) / dt^2 over its inner frames, over the RMS force of
-    a wind of the bound's strength (``wind_bound`` times the scene wind's peak) blowing along every triangle's
-    own normal at the same frames (``Wind.normal_forces``: more than any one wind vector gives), both on the
-    free vertices. Above 1 the bounded gusts cannot keep the loop as lively as the clip: a clip that falls
-    under gravity in a light wind (docs/design/motion.md, Limits).
+    The clip's inertial force M (x_{k+1} - 2 x_k + x_{k-1}) / dt^2 over its inner frames, and the force of a
+    wind of the bound's strength (``wind_bound`` times the scene wind's peak) blowing along every triangle's
+    own normal at the same frames (``Wind.normal_forces``: more than any one wind vector gives).
 
     Parameters
     ----------
@@ -157,8 +155,9 @@ def force_budget(prob, drive, clip, wind_bound):
 
     Returns
     -------
-    float or None
-        The ratio; None for a family other than the wind, no bound, a still scene or a clip of under 3 frames.
+    tuple of float or None
+        (clip's force, gusts' force); None for a family other than the wind, no bound, a still scene or a clip
+        of under 3 frames.
     """
     clip = np.asarray(clip, dtype=float)
     if drive is None or drive.name != "wind" or wind_bound <= 0 or len(clip) < 3:
@@ -169,8 +168,26 @@ def force_budget(prob, drive, clip, wind_bound):
     free = prob.free_vertices()
     inertia = prob.model.mass[None, :, None] * (clip[2:] - 2 * clip[1:-1] + clip[:-2]) / prob.dt ** 2
     gusts = drive.term.normal_forces(clip[1:-1], wind_bound * peak)
-    need, give = (np.sqrt(np.mean(np.sum(x[:, free] ** 2, axis=-1))) for x in (inertia, gusts))
-    return float(need / give) if give > 0 else None
+    return tuple(float(np.sqrt(np.mean(np.sum(x[:, free] ** 2, axis=-1)))) for x in (inertia, gusts))
+
+
+def force_budget(prob, drive, clip, wind_bound):
+    """How much more force the clip's motion takes than gusts within the wind bound can give: the ratio of
+    ``budget_forces``. Above 1 the bounded gusts cannot keep the loop as lively as the clip: a clip that falls
+    under gravity in a light wind (docs/design/motion.md, Limits).
+
+    Parameters
+    ----------
+    prob, drive, clip, wind_bound
+        As in ``budget_forces``.
+
+    Returns
+    -------
+    float or None
+        The clip's force over the gusts'; None where ``budget_forces`` has none.
+    """
+    forces = budget_forces(prob, drive, clip, wind_bound)
+    return None if forces is None or forces[1] <= 0 else forces[0] / forces[1]
 
 
 def _motion_figures(prob, drive, theta, f, q, clip, clip_speed, wind_bound):

@@ -10,7 +10,7 @@ import pytest
 
 import solver_core as sc
 from solver_core.metrics import rms_speed
-from solver_core.motion import force_budget
+from solver_core.motion import budget_forces, force_budget
 from solver_core.optimize import driven
 from solver_core.options import DEFAULTS
 from solver_core.physics.driving import ModesDrive, WindDrive, choose_drive, laplacian_modes
@@ -156,9 +156,10 @@ def test_the_force_budget_is_the_clips_inertia_over_gusts_of_the_bound_along_the
     along = wind.forces_in(clip[1:-1], np.tile([0.0, 2 * 3.0, 0.0], (10, 1)))   # the wind law, blowing along y
     give = np.sqrt(np.mean(np.sum(along[:, free] ** 2, axis=-1)))
     drive = WindDrive(prob, wind)
+    assert budget_forces(prob, drive, clip, 2.0) == pytest.approx((need, give), rel=1e-12)
     assert force_budget(prob, drive, clip, 2.0) == pytest.approx(need / give, rel=1e-12)
     assert force_budget(prob, drive, clip, 4.0) == pytest.approx(need / give / 2, rel=1e-12)
-    assert force_budget(prob, drive, clip, 0.0) is None                  # no bound: no budget
+    assert force_budget(prob, drive, clip, 0.0) is None and budget_forces(prob, drive, clip, 0.0) is None
     assert force_budget(prob, ModesDrive(prob, 3), clip, 2.0) is None    # body forces are not bounded
 
 
