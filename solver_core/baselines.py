@@ -52,32 +52,6 @@ def closed_clip(clip):
     return clip + dp * (s - 0.5) + L * dv * (s * s - s + 1.0 / 6.0) / 2.0
 
 
-def closed_at_end(clip):
-    """The clip closed at its wrap by a correction that vanishes, with its slope, at frame 0 (frame 1 moves by
-    O(1/L) of the velocity gap): a loop held to frames 0 and 1 by hard initial conditions starts on them, and
-    the position and velocity gaps close at the clip's end (cubic Hermite ramps in s = j / L).
-
-    Parameters
-    ----------
-    clip : array_like, shape (L, n, 3)
-        The simulated clip, its first two frames the initial conditions.
-
-    Returns
-    -------
-    ndarray, shape (L, n, 3)
-        A loop whose positions and velocities close at the wrap.
-    """
-    clip = np.asarray(clip, dtype=float)
-    L = clip.shape[0]
-    if L < 4:
-        raise ValueError(f"closing a clip needs at least 4 frames, got {L}")
-    dp, dv = _wrap_gap(clip)
-    s = (np.arange(L) / L)[:, None, None]
-    # p(0) = p'(0) = 0, p(1) = 1, p'(1) = 0 moves the end by dp; r(0) = r'(0) = r(1) = 0, r'(1) = 1 turns its last
-    # step by dv (s = 1 is the frame after the last)
-    return clip + dp * (3 * s ** 2 - 2 * s ** 3) + L * dv * (s ** 3 - s ** 2)
-
-
 def wrap_gap(clip):
     """The clip's position gap at its wrap (``closed_clip``) as a fraction of its motion (RMS distance from its
     mean shape): near 0 when the clip nearly repeats."""

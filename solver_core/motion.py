@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from .baselines import closed_at_end, closed_clip, crossfade_loop, wrap_gap
+from .baselines import closed_clip, crossfade_loop, wrap_gap
 from .loop import LoopResult, seam_advice
 from .metrics import loop_metrics, rms_speed, unseen
 from .optimize import driven
@@ -53,14 +53,10 @@ def in_phase(prob, q):
 
 
 def _start(prob, clip, init, callback, options, stage=None):
-    """(name, start on the solver grid) for "cache" and "cache_or_forward": under hard initial conditions the clip
-    closed at its end (``closed_at_end``: frames 0 and 1 stay the clip's, where the conditions hold the loop);
-    else the clip closed at its wrap when it nearly repeats (its gap below ``options.motion.closed_gap``
-    motions), or its crossfade rolled in phase with the initial conditions; the solver's own start for another
-    init."""
+    """(name, start on the solver grid) for "cache" and "cache_or_forward": the clip closed at its wrap when it
+    nearly repeats (its gap below ``options.motion.closed_gap`` motions), else its crossfade rolled in phase with
+    the initial conditions; the solver's own start for another init."""
     if isinstance(init, str) and init in ("cache", "cache_or_forward"):
-        if any(prob.hard()):
-            return "cache", prob.steps_of(closed_at_end(clip))
         if wrap_gap(clip) < options.motion.closed_gap:
             return "cache", prob.steps_of(closed_clip(clip))
         return "cache", in_phase(prob, prob.steps_of(crossfade_loop(clip)))
