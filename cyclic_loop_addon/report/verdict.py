@@ -142,7 +142,7 @@ def _motion_lines(report, kept):
         short = figures.get("force_needed") or 0.0
         if kept < CALMER and short > 1:
             lines.append(f"Calmer: wind too weak: the cache needs {_times(short)} the force of gusts "
-                         f"≤ {figures.get('wind_bound', 2.0):.2g}× wind")
+                         f"≤ {figures['wind_bound']:.2g}× wind")
         again = figures.get("resimulated")
         if again:
             lines.append(f"Blender's re-run: {again['last']:.2g} motions off the loop in period "
