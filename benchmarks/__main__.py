@@ -25,6 +25,7 @@ BENCHMARKS = {
     "motion": "bpy module",
     "force_budget": "bpy module",
     "scale": "bpy module to gather, CHOLMOD",
+    "circulant": "bpy module to gather, CHOLMOD",
     "panel_estimates": "bpy module to gather",
     "engines_vat": "bpy module, godot3-server",
     "glb_sizes": "bpy module",

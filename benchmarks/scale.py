@@ -355,6 +355,18 @@ def gathered(name):
     return g.problem, g.source
 
 
+def each_case(args, run):
+    """``run(label, problem, clip, args)`` on the saved problem ``args.problem`` (and its ``args.clip``), else on
+    each of ``args.cases`` as ``gathered`` gathers it."""
+    if args.problem:
+        from solver_core.io import load_problem
+        run(args.problem, load_problem(args.problem), np.load(args.clip), args)
+        return
+    for name in args.cases:
+        prob, clip = gathered(name)
+        run(name, prob, clip, args)
+
+
 def run_case(label, prob, clip, args):
     """Print the rows of one case: its start, the direct solve (where it fits), the subspace solve, the
     two-level polish from the subspace's loop."""
@@ -443,10 +455,4 @@ def main(argv=None):
     run = linearization if args.linearization else run_case
     if not args.linearization:
         print(" | ".join(HEADER), flush=True)
-    if args.problem:
-        from solver_core.io import load_problem
-        run(args.problem, load_problem(args.problem), np.load(args.clip), args)
-        return
-    for name in args.cases:
-        prob, clip = gathered(name)
-        run(name, prob, clip, args)
+    each_case(args, run)
