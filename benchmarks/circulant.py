@@ -132,11 +132,16 @@ def averaged_error(prob, q, damping=1.0, seed=0):
     return float(np.linalg.norm(circulant.apply(hx) - x) / np.linalg.norm(x))
 
 
+def print_row(*cells):
+    """One row of the table, its cells joined as HEADER's."""
+    print(" | ".join(map(str, cells)), flush=True)
+
+
 def run_case(label, prob, clip, args):
     """Print the rows of one case: the averaged check, then per damping the frame blocks and the circulant."""
     q = prob.apply_constraints(on_solver_grid(prob, crossfade_loop(clip)))
-    print(" | ".join(map(str, (label, "-", "circulant on the averaged operator", "-", "-",
-                                f"error {averaged_error(prob, q):.1e}", "-", "-"))), flush=True)
+    print_row(label, "-", "circulant on the averaged operator", "-", "-", f"error {averaged_error(prob, q):.1e}",
+              "-", "-")
     backend = StructuredBackend(preconditioner="blocks")
     backend.bind(prob)
     with single_threaded_blas():
@@ -144,6 +149,7 @@ def run_case(label, prob, clip, args):
         metric = backend.metric
         # the frame blocks' factor size, from a factor of its own (L() would turn the solve's into a simplicial one)
         blocks_nnz = cholmod.cholesky(backend.preconditioner.matrix() + metric).L().nnz
+        blocks = backend.preconditioner
         circulant = CirculantPreconditioner(backend.op, metric)
         t = time.perf_counter()
         circulant.update()
@@ -152,29 +158,23 @@ def run_case(label, prob, clip, args):
             def apply_a(x):
                 return backend.op.apply_h(x) + damping * (metric @ x)
 
+            def solve_row(name, setup, nnz, apply_m):
+                t = time.perf_counter()
+                _, it, ok = pcg(apply_a, -g, apply_m, args.rtol, args.pcg_iters)
+                print_row(label, damping, name, setup, nnz, it, ok, f"{time.perf_counter() - t:.1f}")
+
             t = time.perf_counter()
-            backend.preconditioner.damp(damping, metric)
-            setup = time.perf_counter() - t
-            t = time.perf_counter()
-            _, it, ok = pcg(apply_a, -g, backend.preconditioner.apply, args.rtol, args.pcg_iters)
-            print(" | ".join(map(str, (label, damping, "frame blocks", f"{setup:.1f}", blocks_nnz, it, ok,
-                                        f"{time.perf_counter() - t:.1f}"))), flush=True)
+            blocks.damp(damping, metric)
+            solve_row("frame blocks", f"{time.perf_counter() - t:.1f}", blocks_nnz, blocks.apply)
             t = time.perf_counter()
             circulant.damp(damping)
-            setup = built + time.perf_counter() - t
-            t = time.perf_counter()
-            _, it, ok = pcg(apply_a, -g, circulant.apply, args.rtol, args.pcg_iters)
-            print(" | ".join(map(str, (label, damping, "circulant", f"{setup:.1f}", circulant.factor_nonzeros(), it,
-                                        ok, f"{time.perf_counter() - t:.1f}"))), flush=True)
+            solve_row("circulant", f"{built + time.perf_counter() - t:.1f}", circulant.factor_nonzeros(),
+                      circulant.apply)
             if args.combined:
-                for name, (outer, inner) in {"blocks, circulant, blocks": (backend.preconditioner, circulant),
-                                             "circulant, blocks, circulant": (circulant, backend.preconditioner)
-                                             }.items():
-                    t = time.perf_counter()
-                    _, it, ok = pcg(apply_a, -g, symmetric_product(apply_a, outer.apply, inner.apply), args.rtol,
-                                    args.pcg_iters)
-                    print(" | ".join(map(str, (label, damping, name, "-", "-", it, ok,
-                                                f"{time.perf_counter() - t:.1f}"))), flush=True)
+                solve_row("blocks, circulant, blocks", "-", "-",
+                          symmetric_product(apply_a, blocks.apply, circulant.apply))
+                solve_row("circulant, blocks, circulant", "-", "-",
+                          symmetric_product(apply_a, circulant.apply, blocks.apply))
 
 
 def main(argv=None):
@@ -189,5 +189,5 @@ def main(argv=None):
                    help="also the two symmetric multiplicative combinations of the frame blocks and the circulant")
     p.add_argument("--rtol", type=float, default=1e-3, help="PCG's relative residual (the frame blocks' forcing)")
     args = p.parse_args(argv)
-    print(" | ".join(HEADER), flush=True)
+    print_row(*HEADER)
     each_case(args, run_case)
